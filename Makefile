@@ -1,0 +1,42 @@
+# make demo / make test on a fresh machine: each sets up .venv (only when missing or out of
+# date) from the exact pins in constraints.txt, then runs.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+export PIP_CONSTRAINT := $(CURDIR)/constraints.txt
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+
+.PHONY: setup demo test test-fast lint format bench clean
+
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+demo: setup
+	$(BIN)/coordinator replay --config conf/demo.properties --format timeline examples/static-member-restart.jsonl examples/three-members.jsonl examples/member-crash.jsonl
+
+# pytest exits 5 when it collects no test: that is not a failure of the suite.
+test: setup
+	$(BIN)/python -m pytest $(PYTEST_ARGS); rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 0; fi; exit $$rc
+
+test-fast: setup
+	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS); rc=$$?; if [ $$rc -eq 5 ]; then exit 0; fi; exit $$rc
+
+lint: setup
+	$(BIN)/ruff check coordinator tests
+	$(BIN)/ruff format --check coordinator tests
+	$(BIN)/mypy
+
+format: setup
+	$(BIN)/ruff format coordinator tests
+	$(BIN)/ruff check --fix coordinator tests
+
+bench: setup
+	$(BIN)/coordinator bench engine
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -1,0 +1,37 @@
+"""Reading coordinator settings from Kafka-style ``.properties`` files and ``--set`` options."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from coordinator.config import CoordinatorConfig
+
+
+def read_properties(path: str | Path) -> dict[str, str]:
+    """``key=value`` lines (``#`` and ``!`` comments, blank lines ignored), as Java reads them."""
+    values: dict[str, str] = {}
+    for number, raw in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
+        line = raw.strip()
+        if not line or line[0] in "#!":
+            continue
+        for sep in ("=", ":"):
+            if sep in line:
+                key, value = line.split(sep, 1)
+                values[key.strip()] = value.strip()
+                break
+        else:
+            raise ValueError(f"{path}:{number}: expected key=value, got {raw!r}")
+    return values
+
+
+def load_config(files: list[str] | None, overrides: list[str] | None) -> CoordinatorConfig:
+    """Kafka's defaults, then each properties file in turn, then each ``key=value`` override."""
+    values: dict[str, str] = {}
+    for path in files or []:
+        values.update(read_properties(path))
+    for item in overrides or []:
+        if "=" not in item:
+            raise ValueError(f"--set expects key=value, got {item!r}")
+        key, value = item.split("=", 1)
+        values[key.strip()] = value.strip()
+    return CoordinatorConfig.from_mapping(values)

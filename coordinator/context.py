@@ -1,0 +1,121 @@
+"""The working set of one step on one group: clock, config, id source, and what it emits.
+
+A :class:`GroupContext` is built for each step (one request, or one timer) on one group id. It
+carries the group (``None`` when the id has no group), collects the responses and the log records
+the step produces, and applies each record through :func:`coordinator.log.records.apply_record`,
+the same function that loads a partition on failover: offsets and group deletion change only by
+replaying records, live and at load alike.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from coordinator.config import CoordinatorConfig
+from coordinator.errors import Error
+from coordinator.group.model import OFFSET_EXPIRY, ClassicGroup, Member
+from coordinator.ids import IdSource
+from coordinator.log import records as log
+from coordinator.requests import response
+
+#: Timer keys within a group (Kafka: heartbeat-<group>-<member>, join-<group>, sync-<group>).
+JOIN_KEY = "join"
+SYNC_KEY = "sync"
+EXPIRY_KEY = "offset-expiry"
+
+
+def heartbeat_key(member_id: str) -> str:
+    return "heartbeat-" + member_id
+
+
+class GroupContext:
+    __slots__ = (
+        "config",
+        "group",
+        "group_id",
+        "ids",
+        "next_seq",
+        "now_ms",
+        "offsets_partition",
+        "records",
+        "responses",
+    )
+
+    def __init__(
+        self,
+        config: CoordinatorConfig,
+        now_ms: int,
+        ids: IdSource,
+        next_seq: Callable[[], int],
+        group_id: str,
+        group: ClassicGroup | None,
+        offsets_partition: int,
+        responses: list[dict[str, Any]],
+        records: list[dict[str, Any]],
+    ) -> None:
+        self.config = config
+        self.now_ms = now_ms
+        self.ids = ids
+        self.next_seq = next_seq
+        self.group_id = group_id
+        self.group = group
+        self.offsets_partition = offsets_partition
+        self.responses = responses
+        self.records = records
+
+    # -- output -------------------------------------------------------------------------------
+
+    def respond(
+        self,
+        api: str,
+        request_id: Any,
+        error: Error = Error.NONE,
+        message: str | None = None,
+        **fields: Any,
+    ) -> None:
+        self.responses.append(response(api, request_id, self.group_id, error, message, **fields))
+
+    def append(self, record: dict[str, Any]) -> None:
+        """Write one log record and apply it, exactly as a load would."""
+        record["offsets_partition"] = self.offsets_partition
+        self.records.append(record)
+        self.group = log.apply_record(self.group, record, self.now_ms, live=True)
+        if self.group is not None:
+            self.ensure_expiry_timer(self.group)
+
+    # -- groups and timers --------------------------------------------------------------------
+
+    def create_group(self) -> ClassicGroup:
+        group = ClassicGroup(group_id=self.group_id, current_state_timestamp_ms=self.now_ms)
+        self.group = group
+        self.ensure_expiry_timer(group)
+        return group
+
+    def schedule(self, key: str, delay_ms: int, kind: str, payload: Any = None) -> None:
+        assert self.group is not None
+        self.group.schedule(key, self.now_ms + delay_ms, self.next_seq(), kind, payload)
+
+    def cancel(self, key: str) -> None:
+        if self.group is not None:
+            self.group.cancel(key)
+
+    def ensure_expiry_timer(self, group: ClassicGroup) -> None:
+        """Every group is swept for expired offsets (8.7).
+
+        Sweeps run at whole multiples of ``offsets_retention_check_interval_ms`` on the engine's
+        clock, for every group, rather than one interval after its partition was loaded: the
+        schedule then does not depend on which process or Spark task holds the group, nor on
+        when it was last restarted. Only the phase differs from Kafka.
+        """
+        if EXPIRY_KEY not in group.timers:
+            interval = self.config.offsets_retention_check_interval_ms
+            deadline = (self.now_ms // interval + 1) * interval
+            group.schedule(EXPIRY_KEY, deadline, self.next_seq(), OFFSET_EXPIRY)
+
+    def new_member_id(self, prefix: str, request_id: Any) -> str:
+        """``<client id or instance id>-<uuid>`` (Kafka's ``generateMemberId``)."""
+        return f"{prefix}-{self.ids(self.group_id, request_id)}"
+
+    def member_or_none(self, member_id: str) -> Member | None:
+        return None if self.group is None else self.group.members.get(member_id)

@@ -1,0 +1,429 @@
+"""``GroupCoordinator``: the engine's public facade, one coordinator as a Kafka broker runs it.
+
+It routes requests to their group's step (:mod:`coordinator.step`), answers the APIs that are not
+about one group (ListGroups, FindCoordinator), fires every group's timers in one global order,
+numbers log records per ``__consumer_offsets`` partition, and owns, loads and unloads offsets
+partitions as a broker does on LeaderAndIsr (``handleGroupImmigration``/``Emigration``).
+
+Pure and deterministic: the caller's clock, the caller's id source, no threads, no I/O.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from coordinator.config import CoordinatorConfig
+from coordinator.context import GroupContext, heartbeat_key
+from coordinator.errors import Error
+from coordinator.group import membership
+from coordinator.group.model import HEARTBEAT, ClassicGroup
+from coordinator.group.states import GroupState, parse_state_filter
+from coordinator.ids import IdSource, random_ids
+from coordinator.log import records as log
+from coordinator.log.partitioning import partition_for
+from coordinator.requests import (
+    BadRequest,
+    Request,
+    bad_request_response,
+    error_response,
+    parse,
+    response,
+)
+from coordinator.serde import DecodeError
+from coordinator.step import fire_timer, precheck, precheck_message, serve
+
+
+@dataclass(frozen=True, slots=True)
+class CoordinatorNode:
+    """Where a coordinator can be reached (FindCoordinator's answer)."""
+
+    node_id: int = 0
+    host: str = "localhost"
+    port: int = 9092
+
+
+#: What each API answers while its group's partition is loading (section 5): Kafka answers
+#: Heartbeat blindly and turns SyncGroup into a rejoin; every other API says "loading".
+_WHILE_LOADING = {"heartbeat": Error.NONE, "sync_group": Error.REBALANCE_IN_PROGRESS}
+
+
+class GroupCoordinator:
+    """Kafka's classic group coordinator as a deterministic state machine.
+
+    ``handle(request, now_ms)`` and ``advance(now_ms)`` return the responses they emit;
+    ``drain_records()`` returns the ``__consumer_offsets`` records written since the last drain.
+    """
+
+    def __init__(
+        self,
+        config: CoordinatorConfig | None = None,
+        *,
+        id_source: IdSource = random_ids,
+        node: CoordinatorNode | None = None,
+        owned_partitions: Iterable[int] | None = None,
+    ) -> None:
+        self.config = config or CoordinatorConfig()
+        self.node = node or CoordinatorNode()
+        self._ids = id_source
+        num = self.config.offsets_topic_num_partitions
+        self._owned: set[int] = set(range(num) if owned_partitions is None else owned_partitions)
+        self._loading: set[int] = set()
+        self._epochs: dict[int, int] = {}
+        self._owners: dict[int, CoordinatorNode] = {}
+        self._groups: dict[str, ClassicGroup] = {}
+        self._now = 0
+        self._next_seq = itertools.count(1).__next__
+        #: (deadline, seq, group id): the earliest timer of each group, registered lazily.
+        self._timer_heap: list[tuple[int, int, str]] = []
+        self._registered: dict[str, tuple[int, int]] = {}
+        self._records: list[dict[str, Any]] = []
+        self._next_offset: dict[int, int] = {}
+        #: Internal errors caught so that no request can crash the engine (must stay empty).
+        self.internal_errors: list[str] = []
+
+    # --- the contract's API --------------------------------------------------------------------
+
+    def handle(self, request: Any, now_ms: int) -> list[dict[str, Any]]:
+        """Fire due timers, then serve one request. Never raises on a request."""
+        out: list[dict[str, Any]] = []
+        self._advance(now_ms, out)
+        try:
+            parsed = parse(request)
+        except BadRequest as problem:
+            out.append(bad_request_response(request, problem))
+            return out
+        try:
+            self._handle(parsed, out)
+        except Exception as exc:  # an engine bug must not take the stream down with it
+            self.internal_errors.append(f"{parsed.api} {parsed.request_id!r}: {exc!r}")
+            out.append(error_response(parsed, Error.UNKNOWN_SERVER_ERROR, f"internal error: {exc}"))
+        return out
+
+    def advance(self, now_ms: int) -> list[dict[str, Any]]:
+        """Move the clock to ``now_ms`` and fire every timer due by then."""
+        out: list[dict[str, Any]] = []
+        self._advance(now_ms, out)
+        return out
+
+    def drain_records(self) -> list[dict[str, Any]]:
+        records, self._records = self._records, []
+        return records
+
+    @classmethod
+    def from_records(
+        cls,
+        records: Iterable[dict[str, Any]],
+        config: CoordinatorConfig | None = None,
+        now_ms: int = 0,
+        **kwargs: Any,
+    ) -> GroupCoordinator:
+        """Kafka's load on failover: rebuild every group and offset from the log."""
+        coordinator = cls(config, **kwargs)
+        coordinator._now = now_ms
+        coordinator._load(coordinator._owned, records)
+        return coordinator
+
+    # --- introspection -------------------------------------------------------------------------
+
+    @property
+    def now_ms(self) -> int:
+        return self._now
+
+    def group(self, group_id: str) -> ClassicGroup | None:
+        return self._groups.get(group_id)
+
+    def group_ids(self) -> list[str]:
+        return sorted(self._groups)
+
+    def next_deadline(self) -> int | None:
+        """The earliest timer of any group (when ``advance`` next has work), or None."""
+        deadlines = [d for g in self._groups.values() if (d := _head(g)) is not None]
+        return min(deadlines) if deadlines else None
+
+    def partition_for(self, group_id: str) -> int:
+        return partition_for(group_id, self.config.offsets_topic_num_partitions)
+
+    @property
+    def owned_partitions(self) -> frozenset[int]:
+        return frozenset(self._owned)
+
+    # --- partition ownership (10.6, 10.7) ------------------------------------------------------
+
+    def set_partition_owner(self, partition: int, node: CoordinatorNode | None) -> None:
+        """What this coordinator knows of another partition's owner (for FindCoordinator)."""
+        if node is None:
+            self._owners.pop(partition, None)
+        else:
+            self._owners[partition] = node
+
+    def begin_loading(self, partition: int, epoch: int | None = None) -> bool:
+        """Become the partition's leader; requests get COORDINATOR_LOAD_IN_PROGRESS until
+        :meth:`load_partition`. Returns False (and does nothing) for a stale epoch."""
+        if not self._newer_epoch(partition, epoch):
+            return False
+        self._owned.add(partition)
+        self._loading.add(partition)
+        return True
+
+    def load_partition(
+        self,
+        partition: int,
+        records: Iterable[dict[str, Any]],
+        now_ms: int,
+        epoch: int | None = None,
+    ) -> bool:
+        """Load a partition from its log records (Kafka's ``onElection`` then load)."""
+        if partition not in self._loading and not self._newer_epoch(partition, epoch):
+            return False
+        self._now = max(self._now, now_ms)
+        self._owned.add(partition)
+        self._loading.discard(partition)
+        self._load({partition}, records)
+        return True
+
+    def unload_partition(
+        self, partition: int, now_ms: int, epoch: int | None = None
+    ) -> list[dict[str, Any]]:
+        """Give the partition up: its groups die and their parked requests get NOT_COORDINATOR.
+
+        An unload with an epoch older than the current one is ignored; one without an epoch
+        (a stopped replica) always unloads."""
+        out: list[dict[str, Any]] = []
+        if epoch is not None and epoch < self._epochs.get(partition, -1):
+            return out
+        if epoch is not None:
+            self._epochs[partition] = epoch
+        self._advance(now_ms, out)
+        for group_id in [g for g in self._groups if self.partition_for(g) == partition]:
+            ctx = self._context(group_id, self._groups[group_id], out)
+            membership.unload_group(ctx, self._groups[group_id])
+            del self._groups[group_id]
+            self._registered.pop(group_id, None)
+        self._owned.discard(partition)
+        self._loading.discard(partition)
+        self._next_offset.pop(partition, None)
+        return out
+
+    def _newer_epoch(self, partition: int, epoch: int | None) -> bool:
+        if epoch is None:
+            return True
+        if epoch < self._epochs.get(partition, -1):
+            return False
+        self._epochs[partition] = epoch
+        return True
+
+    def _load(self, partitions: set[int], records: Iterable[dict[str, Any]]) -> None:
+        now = self._now
+        loaded: dict[str, ClassicGroup] = {}
+        num = self.config.offsets_topic_num_partitions
+        for position, raw in enumerate(records):
+            record = _readable(raw, position)
+            if record is None:
+                continue  # a record type this log does not use: skipped, as Kafka does
+            group_id = record["group_id"]
+            partition = partition_for(group_id, num)
+            if partition not in partitions:
+                continue
+            offset = raw.get("offset")
+            if isinstance(offset, int) and offset >= self._next_offset.get(partition, 0):
+                self._next_offset[partition] = offset + 1
+            state = log.apply_record(loaded.get(group_id), record, now, live=False)
+            if state is None:
+                loaded.pop(group_id, None)
+            else:
+                loaded[group_id] = state
+        for group_id, group in loaded.items():
+            self._groups[group_id] = group
+            out: list[dict[str, Any]] = []
+            ctx = self._context(group_id, group, out)
+            on_loaded(ctx, group)
+            self._commit(ctx)
+
+    # --- serving -------------------------------------------------------------------------------
+
+    def _handle(self, request: Request, out: list[dict[str, Any]]) -> None:
+        api = request.api
+        if api == "list_groups":
+            out.append(self._list_groups(request))
+            return
+        if api == "find_coordinator":
+            out.append(self._find_coordinator(request))
+            return
+        error = precheck(request, self.config)
+        if error is not None:
+            out.append(
+                error_response(request, error, precheck_message(error, request, self.config))
+            )
+            return
+        partition = self.partition_for(request.group_id)
+        if partition not in self._owned:
+            out.append(
+                error_response(
+                    request,
+                    Error.NOT_COORDINATOR,
+                    f"offsets partition {partition} is not owned by node {self.node.node_id}",
+                )
+            )
+            return
+        if partition in self._loading:
+            answer = _WHILE_LOADING.get(api, Error.COORDINATOR_LOAD_IN_PROGRESS)
+            out.append(error_response(request, answer, f"offsets partition {partition} is loading"))
+            return
+        group_id = request.group_id
+        ctx = self._context(group_id, self._groups.get(group_id), out)
+        serve(ctx, request)
+        self._commit(ctx)
+
+    def _list_groups(self, request: Request) -> dict[str, Any]:
+        states_filter = request.body["states_filter"]
+        types_filter = request.body["types_filter"]
+        wanted_states: set[GroupState | None] | None = None
+        if states_filter:
+            wanted_states = {parse_state_filter(s) for s in states_filter}
+        groups = []
+        for group_id in sorted(self._groups):
+            group = self._groups[group_id]
+            if wanted_states is not None and group.state not in wanted_states:
+                continue
+            if types_filter and not any(t.strip().lower() == "classic" for t in types_filter):
+                continue
+            groups.append(
+                {
+                    "group_id": group_id,
+                    "protocol_type": group.protocol_type or "",
+                    "group_state": group.state.value,
+                    "group_type": "classic",
+                }
+            )
+        # Kafka 3.x: while a partition loads, say so, but list the groups that are loaded.
+        error = Error.COORDINATOR_LOAD_IN_PROGRESS if self._loading else Error.NONE
+        message = (
+            f"offsets partitions {sorted(self._loading)} are loading" if self._loading else None
+        )
+        return response("list_groups", request.request_id, "", error, message, groups=groups)
+
+    def _find_coordinator(self, request: Request) -> dict[str, Any]:
+        partition = self.partition_for(request.group_id)
+        node = self.node if partition in self._owned else self._owners.get(partition)
+        if node is None:
+            return response(
+                "find_coordinator",
+                request.request_id,
+                request.group_id,
+                Error.COORDINATOR_NOT_AVAILABLE,
+                f"no live coordinator is known for offsets partition {partition}",
+                offsets_partition=partition,
+                node_id=-1,
+                host="",
+                port=-1,
+            )
+        return response(
+            "find_coordinator",
+            request.request_id,
+            request.group_id,
+            offsets_partition=partition,
+            node_id=node.node_id,
+            host=node.host,
+            port=node.port,
+        )
+
+    # --- groups, timers, records ---------------------------------------------------------------
+
+    def _context(
+        self, group_id: str, group: ClassicGroup | None, out: list[dict[str, Any]]
+    ) -> GroupContext:
+        return GroupContext(
+            self.config,
+            self._now,
+            self._ids,
+            self._next_seq,
+            group_id,
+            group,
+            self.partition_for(group_id),
+            out,
+            [],
+        )
+
+    def _commit(self, ctx: GroupContext) -> None:
+        """Keep what a step did: the group's new state, its next timer, its numbered records."""
+        group_id = ctx.group_id
+        if ctx.group is None:
+            self._groups.pop(group_id, None)
+            self._registered.pop(group_id, None)
+        else:
+            self._groups[group_id] = ctx.group
+            head = ctx.group.next_timer()
+            if head is not None:
+                registered = self._registered.get(group_id)
+                if registered is None or head[:2] < registered:
+                    self._registered[group_id] = head[:2]
+                    heapq.heappush(self._timer_heap, (head[0], head[1], group_id))
+        if ctx.records:
+            partition = ctx.offsets_partition
+            offset = self._next_offset.get(partition, 0)
+            for record in ctx.records:
+                record["offset"] = offset
+                offset += 1
+            self._next_offset[partition] = offset
+            self._records.extend(ctx.records)
+
+    def _advance(self, now_ms: int, out: list[dict[str, Any]]) -> None:
+        # The clock never goes backwards; an earlier now_ms is read as "no time passed".
+        if now_ms > self._now:
+            self._now = now_ms
+        now = self._now
+        heap = self._timer_heap
+        while heap and heap[0][0] <= now:
+            deadline, seq, group_id = heapq.heappop(heap)
+            if self._registered.get(group_id) != (deadline, seq):
+                continue  # superseded by an earlier registration of the same group
+            del self._registered[group_id]
+            group = self._groups.get(group_id)
+            if group is None:
+                continue
+            head = group.next_timer()
+            if head is None:
+                continue
+            ctx = self._context(group_id, group, out)
+            if head[:2] == (deadline, seq):
+                try:
+                    fire_timer(ctx, head[2])
+                except Exception as exc:
+                    self.internal_errors.append(f"timer {head[2]} of {group_id!r}: {exc!r}")
+            self._commit(ctx)
+
+
+def on_loaded(ctx: GroupContext, group: ClassicGroup) -> None:
+    """After a load: fresh sessions for every member, the sweep armed, and a group over
+    ``group.max.size`` sent to rebalance (Kafka's ``onLoaded``)."""
+    for member in group.members.values():
+        ctx.schedule(
+            heartbeat_key(member.member_id), member.session_timeout_ms, HEARTBEAT, member.member_id
+        )
+    ctx.ensure_expiry_timer(group)
+    if len(group.members) > ctx.config.group_max_size:
+        membership.prepare_rebalance(ctx, group)
+
+
+def _head(group: ClassicGroup) -> int | None:
+    head = group.next_timer()
+    return None if head is None else head[0]
+
+
+def _readable(raw: dict[str, Any], position: int) -> dict[str, Any] | None:
+    """A log record in the replay's form: Kafka's key and value bytes win when present."""
+    key = raw.get("key")
+    if key is None:
+        if raw.get("record_type") not in (log.OFFSET_COMMIT, log.GROUP_METADATA):
+            raise ValueError(f"log record {position} has neither key bytes nor a record_type")
+        return raw
+    try:
+        return log.record_from_bytes(
+            bytes(key), None if raw.get("value") is None else bytes(raw["value"])
+        )
+    except DecodeError as exc:
+        raise ValueError(f"log record {position} does not decode: {exc}") from exc

@@ -1,0 +1,183 @@
+"""The per-group step: (state, requests, now) -> (state, responses, records, next deadline).
+
+This is the engine's core as every adapter sees it. :func:`step` runs one group id's due timers
+and then its requests, and returns everything they produced; the facade
+(:class:`coordinator.engine.GroupCoordinator`) and the Spark job both call the functions here.
+The step takes ownership of the state it is given (it is updated in place and returned).
+
+What is decided here and not per API: the checks Kafka makes before a group is touched (group id,
+session-timeout bounds) and which function serves which API or timer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from coordinator.config import CoordinatorConfig
+from coordinator.context import GroupContext
+from coordinator.errors import Error
+from coordinator.group import membership
+from coordinator.group.model import (
+    HEARTBEAT,
+    INITIAL_JOIN,
+    JOIN,
+    OFFSET_EXPIRY,
+    SYNC,
+    ClassicGroup,
+)
+from coordinator.ids import IdSource
+from coordinator.log.partitioning import partition_for
+from coordinator.offsets import manager as offsets
+from coordinator.requests import (
+    BadRequest,
+    Request,
+    bad_request_response,
+    error_response,
+    parse,
+)
+
+#: APIs served per group (ListGroups and FindCoordinator are answered above the groups).
+GROUP_APIS: dict[str, Callable[[GroupContext, Request], None]] = {
+    "join_group": membership.join_group,
+    "sync_group": membership.sync_group,
+    "heartbeat": membership.heartbeat,
+    "leave_group": membership.leave_group,
+    "describe_groups": membership.describe_group,
+    "delete_groups": membership.delete_group,
+    "offset_commit": offsets.offset_commit,
+    "offset_fetch": offsets.offset_fetch,
+    "offset_delete": offsets.offset_delete,
+}
+
+#: APIs whose group id must be non-empty (the others accept "" "for backwards compatibility").
+NON_EMPTY_GROUP_ID = frozenset(
+    {"join_group", "sync_group", "heartbeat", "leave_group", "offset_delete"}
+)
+
+
+def precheck(request: Request, config: CoordinatorConfig) -> Error | None:
+    """Kafka's checks before the group is looked up (section 5, 4.x order)."""
+    if request.group_id == "" and request.api in NON_EMPTY_GROUP_ID:
+        return Error.INVALID_GROUP_ID
+    if request.api == "join_group":
+        timeout = request.body["session_timeout_ms"]
+        if not (
+            config.group_min_session_timeout_ms <= timeout <= config.group_max_session_timeout_ms
+        ):
+            return Error.INVALID_SESSION_TIMEOUT
+    return None
+
+
+def precheck_message(error: Error, request: Request, config: CoordinatorConfig) -> str:
+    if error is Error.INVALID_GROUP_ID:
+        return f"{request.api} needs a non-empty group_id"
+    return (
+        f"session_timeout_ms {request.body['session_timeout_ms']} is outside "
+        f"[{config.group_min_session_timeout_ms}, {config.group_max_session_timeout_ms}]"
+    )
+
+
+def serve(ctx: GroupContext, request: Request) -> None:
+    """Serve one parsed, prechecked request on the context's group."""
+    GROUP_APIS[request.api](ctx, request)
+
+
+def fire_timer(ctx: GroupContext, key: str) -> None:
+    """Run the group's timer ``key`` (it must be due) at the context's clock."""
+    group = ctx.group
+    assert group is not None
+    timer = group.pop_timer(key)
+    kind = timer.kind
+    if kind == HEARTBEAT:
+        membership.expire_member_heartbeat(ctx, group, timer.payload)
+    elif kind == JOIN:
+        membership.complete_join(ctx, group)
+    elif kind == INITIAL_JOIN:
+        delay, remaining = timer.payload
+        membership.try_complete_initial_rebalance_else_schedule(ctx, group, delay, remaining)
+    elif kind == SYNC:
+        membership.expire_pending_sync(ctx, group, timer.payload)
+    elif kind == OFFSET_EXPIRY:
+        offsets.expire_offsets(ctx, group)
+        if ctx.group is not None:
+            ctx.ensure_expiry_timer(ctx.group)
+    else:  # pragma: no cover - the kinds above are all there are
+        raise RuntimeError(f"unknown timer kind {kind!r}")
+
+
+def fire_due_timers(ctx: GroupContext) -> None:
+    """Fire every timer due at the context's clock, earliest first (8.6)."""
+    while ctx.group is not None:
+        head = ctx.group.next_timer()
+        if head is None or head[0] > ctx.now_ms:
+            return
+        fire_timer(ctx, head[2])
+
+
+@dataclass(slots=True)
+class StepResult:
+    group: ClassicGroup | None
+    responses: list[dict[str, Any]]
+    records: list[dict[str, Any]]
+    #: When the group next needs a step with no request (its earliest timer), or None.
+    next_deadline_ms: int | None
+
+
+def step(
+    group: ClassicGroup | None,
+    group_id: str,
+    requests: Iterable[Any],
+    now_ms: int,
+    config: CoordinatorConfig,
+    ids: IdSource,
+) -> StepResult:
+    """Run one group id at ``now_ms``: its due timers, then each request in order.
+
+    Requests are raw dicts; the ones that do not parse, or name another group id, are answered
+    with an error and change nothing. Records come back without their log ``offset`` (the
+    caller, who sees every group of an offsets partition, numbers them).
+    """
+    counter = [0 if group is None else group.timer_seq]
+
+    def next_seq() -> int:
+        counter[0] += 1
+        return counter[0]
+
+    responses: list[dict[str, Any]] = []
+    records: list[dict[str, Any]] = []
+    partition = partition_for(group_id, config.offsets_topic_num_partitions)
+    ctx = GroupContext(
+        config, now_ms, ids, next_seq, group_id, group, partition, responses, records
+    )
+    fire_due_timers(ctx)
+    for raw in requests:
+        try:
+            request = parse(raw)
+        except BadRequest as problem:
+            responses.append(bad_request_response(raw, problem))
+            continue
+        if request.group_id != group_id:
+            responses.append(
+                error_response(
+                    request,
+                    Error.INVALID_REQUEST,
+                    f"request for group {request.group_id!r} reached group {group_id!r}",
+                )
+            )
+            continue
+        error = precheck(request, config)
+        if error is not None:
+            responses.append(
+                error_response(request, error, precheck_message(error, request, config))
+            )
+            continue
+        serve(ctx, request)
+    if ctx.group is not None:
+        ctx.group.timer_seq = counter[0]
+        head = ctx.group.next_timer()
+        next_deadline = None if head is None else head[0]
+    else:
+        next_deadline = None
+    return StepResult(ctx.group, responses, records, next_deadline)
