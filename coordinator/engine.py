@@ -177,8 +177,10 @@ class GroupCoordinator:
         epoch: int | None = None,
     ) -> bool:
         """Load a partition from its log records (Kafka's ``onElection`` then load)."""
-        if partition not in self._loading and not self._newer_epoch(partition, epoch):
+        if not self._newer_epoch(partition, epoch):
             return False
+        if partition in self._owned and partition not in self._loading:
+            return False  # already loaded: Kafka ignores the election ("already active")
         self._now = max(self._now, now_ms)
         self._owned.add(partition)
         self._loading.discard(partition)

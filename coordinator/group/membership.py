@@ -378,8 +378,10 @@ def update_static_member_then_rebalance_or_complete_join(
     elif group.state is PREPARING:
         maybe_complete_join_phase(ctx, group)
     else:
+        # Unreachable: an Empty or Dead group holds no static mapping (Kafka throws here too).
         raise RuntimeError(
-            f"group {group.group_id} holds a static member while {group.state.value}"
+            f"group {group.group_id} was not supposed to be in the state {group.state.value} "
+            f"when the unknown static member {body['group_instance_id']} rejoins"
         )
 
 

@@ -219,13 +219,11 @@ class ClassicGroup:
         """Kafka's ``replaceStaticMember``: the new id takes over the old member's place.
 
         Returns (old, new). The old member's parked requests stay on ``old`` for the caller to
-        fence; the awaiting-join count no longer includes it.
+        fence with :meth:`take_awaiting_join`, which also uncounts them.
         """
         old = self.members.pop(old_id, None)
         if old is None:
             raise RuntimeError(f"cannot replace non-existing member id {old_id}")
-        if old.awaiting_join:
-            self.num_awaiting_join -= 1
         new = Member(
             member_id=new_id,
             group_instance_id=old.group_instance_id,
