@@ -337,6 +337,7 @@ class EngineMachine(RuleBasedStateMachine):
         if not hasattr(self, "c"):
             return
         # A rebuilt coordinator answers Describe and OffsetFetch as the live one does.
+        self.observe(self.c.advance(self.now))  # what is due now fires first, and is seen
         rebuilt = GroupCoordinator.from_records(self.records, self.config, self.now)
         for group_id in GROUPS:
             live = self.c.group(group_id)
