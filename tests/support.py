@@ -203,9 +203,7 @@ class Ctx:
         if version is not None and version < 3:
             request["member_id"] = members[0][0]
         else:
-            request["members"] = [
-                {"member_id": m, "group_instance_id": i} for m, i in members
-            ]
+            request["members"] = [{"member_id": m, "group_instance_id": i} for m, i in members]
         if version is not None:
             request["api_version"] = version
         self.send(request)
@@ -274,12 +272,16 @@ class Ctx:
         assert answer is not None
         return answer
 
-    def fetched(self, partitions: list[tuple[str, int]] | None = None, **kw: Any) -> dict[tuple[str, int], int]:
+    def fetched(
+        self, partitions: list[tuple[str, int]] | None = None, **kw: Any
+    ) -> dict[tuple[str, int], int]:
         """OffsetFetch as {(topic, partition): offset}."""
         answer = self.fetch(partitions, **kw)
         return {(p["topic"], p["partition"]): p["offset"] for p in answer["partitions"]}
 
-    def delete_offsets(self, partitions: list[tuple[str, int]], *, group_id: str = GROUP_ID) -> dict[str, Any]:
+    def delete_offsets(
+        self, partitions: list[tuple[str, int]], *, group_id: str = GROUP_ID
+    ) -> dict[str, Any]:
         rid = self.rid()
         self.send(
             {
@@ -312,7 +314,12 @@ class Ctx:
     ) -> dict[str, Any]:
         rid = self.rid()
         self.send(
-            {"api": "list_groups", "request_id": rid, "states_filter": states, "types_filter": types}
+            {
+                "api": "list_groups",
+                "request_id": rid,
+                "states_filter": states,
+                "types_filter": types,
+            }
         )
         answer = self.answer(rid)
         assert answer is not None
@@ -327,11 +334,17 @@ class Ctx:
         joined = self.answer(rid)
         assert joined is not None and joined["error"] is None, joined
         gen = joined["generation_id"]
-        synced = self.answer(self.sync(member, gen, {member: b"assignment"}, group_id=kwargs.get("group_id", GROUP_ID)))
+        synced = self.answer(
+            self.sync(
+                member, gen, {member: b"assignment"}, group_id=kwargs.get("group_id", GROUP_ID)
+            )
+        )
         assert synced is not None and synced["error"] is None, synced
         return member, gen
 
-    def static_pair(self, protos: list[tuple[str, bytes]] | None = None, **kwargs: Any) -> tuple[str, str]:
+    def static_pair(
+        self, protos: list[tuple[str, bytes]] | None = None, **kwargs: Any
+    ) -> tuple[str, str]:
         """*pair*: static leader L ("leader") and follower F ("follower") joined with P+ and
         synced: generation 1, Stable. Returns (L's member id, F's member id)."""
         protos = P_PLUS if protos is None else protos
@@ -344,7 +357,12 @@ class Ctx:
         assert leader_answer["error"] is None and follower_answer["error"] is None
         leader, follower = leader_answer["member_id"], follower_answer["member_id"]
         assert leader_answer["leader"] == leader and leader_answer["generation_id"] == 1
-        self.sync(leader, 1, {leader: b"leader-assignment", follower: b"follower-assignment"}, instance_id="leader")
+        self.sync(
+            leader,
+            1,
+            {leader: b"leader-assignment", follower: b"follower-assignment"},
+            instance_id="leader",
+        )
         self.sync(follower, 1, instance_id="follower")
         assert self.group().state.value == "Stable"
         return leader, follower

@@ -166,11 +166,18 @@ def test_negative_retention(ctx: Ctx) -> None:
     assert ctx.fetched([("orders", 0)]) == {("orders", 0): 7}
 
 
-@pytest.mark.parametrize("api", ["join_group", "sync_group", "heartbeat", "leave_group", "offset_delete"])
+@pytest.mark.parametrize(
+    "api", ["join_group", "sync_group", "heartbeat", "leave_group", "offset_delete"]
+)
 def test_empty_group_id(ctx: Ctx, api: str) -> None:
     request = {
         "join_group": good_join(ctx),
-        "sync_group": {"member_id": "m", "generation_id": 1, "protocol_type": "consumer", "protocol_name": "range"},
+        "sync_group": {
+            "member_id": "m",
+            "generation_id": 1,
+            "protocol_type": "consumer",
+            "protocol_name": "range",
+        },
         "heartbeat": {"member_id": "m", "generation_id": 1},
         "leave_group": {"members": [{"member_id": "m"}]},
         "offset_delete": {"partitions": [{"topic": "orders", "partition": 0}]},
@@ -232,7 +239,10 @@ def test_transactional_coordinator_key_is_refused(ctx: Ctx) -> None:
 
 def test_bad_requests_leave_the_group_working(ctx: Ctx) -> None:
     """After a run of bad input the group carries on as if nothing happened."""
-    for raw in ({"api": "heartbeat"}, {"api": "heartbeat", "request_id": "x", "group_id": GROUP_ID}):
+    for raw in (
+        {"api": "heartbeat"},
+        {"api": "heartbeat", "request_id": "x", "group_id": GROUP_ID},
+    ):
         send_bad(ctx, raw)
     beat = ctx.answer(ctx.heartbeat(ctx.member, ctx.generation))  # type: ignore[attr-defined]
     assert beat is not None and beat["error"] is None

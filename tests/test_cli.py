@@ -89,8 +89,14 @@ def test_a_bad_line_is_answered_and_reported(capsys, tmp_path: Path) -> None:
 
 def test_the_timeline_reads_like_a_story(capsys) -> None:
     code = main(
-        ["replay", "--format", "timeline", "--config", str(ROOT / "conf/coordinator.properties"),
-         str(ROOT / "examples/three-members.jsonl")]
+        [
+            "replay",
+            "--format",
+            "timeline",
+            "--config",
+            str(ROOT / "conf/coordinator.properties"),
+            str(ROOT / "examples/three-members.jsonl"),
+        ]
     )
     out = capsys.readouterr().out
     assert code == 0
@@ -102,7 +108,10 @@ def test_python_dash_m_is_the_console_script() -> None:
     result = subprocess.run(
         [sys.executable, "-m", "coordinator", "replay", "-"],
         input='{"at_ms": 1, "api": "list_groups", "request_id": 9}\n',
-        capture_output=True, text=True, cwd=ROOT, check=True,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=True,
     )
     (line,) = result.stdout.splitlines()
     assert json.loads(line)["groups"] == [] and json.loads(line)["at_ms"] == 1
@@ -111,6 +120,12 @@ def test_python_dash_m_is_the_console_script() -> None:
 def test_bench_prints_its_figures(capsys) -> None:
     assert main(["bench", "engine", "--quick", "--json"]) == 0
     figures = json.loads(capsys.readouterr().out)
-    assert set(figures) >= {"heartbeats_per_s", "joins_per_s", "rebalance_ms", "commits_per_s",
-                            "fetches_per_s", "load_records_per_s"}
+    assert set(figures) >= {
+        "heartbeats_per_s",
+        "joins_per_s",
+        "rebalance_ms",
+        "commits_per_s",
+        "fetches_per_s",
+        "load_records_per_s",
+    }
     assert figures["heartbeats_per_s"] > 0 and set(figures["rebalance_ms"]) == {"10", "100"}

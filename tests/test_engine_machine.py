@@ -145,7 +145,7 @@ class EngineMachine(RuleBasedStateMachine):
         member = self.member(data, group)
         assignments = []
         if state is not None and data.draw(st.booleans()):
-            ids = list(state.members)[:4] + ["not-a-member"]
+            ids = [*list(state.members)[:4], "not-a-member"]
             assignments = [
                 {"member_id": m, "assignment": f"{m}@{state.generation_id}".encode()}
                 for m in data.draw(st.lists(st.sampled_from(ids), max_size=5))
@@ -188,12 +188,19 @@ class EngineMachine(RuleBasedStateMachine):
     def leave(self, data, group, version) -> None:
         if version < 3:
             self.send(
-                {"api": "leave_group", "group_id": group, "member_id": self.member(data, group), "api_version": 2}
+                {
+                    "api": "leave_group",
+                    "group_id": group,
+                    "member_id": self.member(data, group),
+                    "api_version": 2,
+                }
             )
             return
         identities = data.draw(
             st.lists(
-                st.tuples(st.just(None), st.sampled_from([None, *INSTANCES])), min_size=1, max_size=3
+                st.tuples(st.just(None), st.sampled_from([None, *INSTANCES])),
+                min_size=1,
+                max_size=3,
             )
         )
         members = [
@@ -205,7 +212,9 @@ class EngineMachine(RuleBasedStateMachine):
     @rule(
         data=st.data(),
         group=st.sampled_from(GROUPS),
-        partitions=st.lists(st.tuples(st.sampled_from(TOPICS), st.integers(0, 2)), min_size=1, max_size=3),
+        partitions=st.lists(
+            st.tuples(st.sampled_from(TOPICS), st.integers(0, 2)), min_size=1, max_size=3
+        ),
         retention=st.sampled_from([None, 1, 100_000]),
         big=st.booleans(),
     )
@@ -216,7 +225,12 @@ class EngineMachine(RuleBasedStateMachine):
             "member_id": self.member(data, group),
             "generation_id": self.generation(data, group),
             "offsets": [
-                {"topic": t, "partition": p, "offset": self.now, "metadata": "x" * (5000 if big else 3)}
+                {
+                    "topic": t,
+                    "partition": p,
+                    "offset": self.now,
+                    "metadata": "x" * (5000 if big else 3),
+                }
                 for t, p in partitions
             ],
         }
@@ -233,7 +247,11 @@ class EngineMachine(RuleBasedStateMachine):
     @rule(group=st.sampled_from(GROUPS), topic=st.sampled_from(TOPICS))
     def delete_offsets(self, group, topic) -> None:
         self.send(
-            {"api": "offset_delete", "group_id": group, "partitions": [{"topic": topic, "partition": 0}]}
+            {
+                "api": "offset_delete",
+                "group_id": group,
+                "partitions": [{"topic": topic, "partition": 0}],
+            }
         )
 
     @rule(group=st.sampled_from(GROUPS))
@@ -250,10 +268,16 @@ class EngineMachine(RuleBasedStateMachine):
 
     @rule(
         garbage=st.one_of(
-            st.dictionaries(st.sampled_from(["api", "group_id", "member_id", "protocols"]), st.integers()),
+            st.dictionaries(
+                st.sampled_from(["api", "group_id", "member_id", "protocols"]), st.integers()
+            ),
             st.fixed_dictionaries(
-                {"api": st.sampled_from(["join_group", "sync_group", "heartbeat", "offset_commit"]),
-                 "group_id": st.sampled_from(GROUPS)}
+                {
+                    "api": st.sampled_from(
+                        ["join_group", "sync_group", "heartbeat", "offset_commit"]
+                    ),
+                    "group_id": st.sampled_from(GROUPS),
+                }
             ),
         )
     )
@@ -294,7 +318,9 @@ class EngineMachine(RuleBasedStateMachine):
             self.generations[group_id] = (group, group.generation_id)
             assert (group.leader_id is None) == (not group.members)
             assert group.leader_id is None or group.leader_id in group.members
-            assert group.num_awaiting_join == sum(1 for m in group.members.values() if m.awaiting_join)
+            assert group.num_awaiting_join == sum(
+                1 for m in group.members.values() if m.awaiting_join
+            )
             assert group.static_members == {
                 m.group_instance_id: m.member_id for m in group.members.values() if m.is_static
             }
@@ -348,11 +374,20 @@ class EngineMachine(RuleBasedStateMachine):
                 continue  # a rebalance in flight is not in the log: it comes back at rest
             for request in (
                 {"api": "describe_groups", "request_id": "d", "group_id": group_id},
-                {"api": "offset_fetch", "request_id": "f", "group_id": group_id, "partitions": None},
+                {
+                    "api": "offset_fetch",
+                    "request_id": "f",
+                    "group_id": group_id,
+                    "partitions": None,
+                },
             ):
                 rid = request["request_id"]
-                (rebuilt_answer,) = [a for a in rebuilt.handle(dict(request), self.now) if a["request_id"] == rid]
-                (live_answer,) = [a for a in self.c.handle(dict(request), self.now) if a["request_id"] == rid]
+                (rebuilt_answer,) = [
+                    a for a in rebuilt.handle(dict(request), self.now) if a["request_id"] == rid
+                ]
+                (live_answer,) = [
+                    a for a in self.c.handle(dict(request), self.now) if a["request_id"] == rid
+                ]
                 assert rebuilt_answer == live_answer
         # Run the clock out: every parked request must then have been answered.
         for _ in range(4):

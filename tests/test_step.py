@@ -47,7 +47,11 @@ def test_a_step_is_deterministic() -> None:
     state = first.group
     a = step(copy.deepcopy(state), "g", [], 10_000, CONFIG, SequentialIds())
     b = step(copy.deepcopy(state), "g", [], 10_000, CONFIG, SequentialIds())
-    assert (a.responses, a.records, a.next_deadline_ms) == (b.responses, b.records, b.next_deadline_ms)
+    assert (a.responses, a.records, a.next_deadline_ms) == (
+        b.responses,
+        b.records,
+        b.next_deadline_ms,
+    )
 
 
 def test_a_request_for_another_group_or_a_bad_one_is_refused() -> None:
@@ -61,7 +65,10 @@ def test_steps_and_the_facade_agree() -> None:
     (as the Spark job runs them), give the same responses and records."""
     timeline: list[tuple[int, dict[str, Any]]] = []
     for group in ("g1", "g2"):
-        timeline += [(0, join(f"{group}-a", group, version=3)), (20, join(f"{group}-b", group, version=3))]
+        timeline += [
+            (0, join(f"{group}-a", group, version=3)),
+            (20, join(f"{group}-b", group, version=3)),
+        ]
     timeline += [(150, {"api": "describe_groups", "request_id": "d1", "group_id": "g1"})]
     timeline.sort(key=lambda item: item[0])
 

@@ -7,7 +7,6 @@ from typing import Any, TextIO
 
 from coordinator.engine import GroupCoordinator
 
-
 _MEMBER_ID = re.compile(
     r"^(.*)-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{8}([0-9a-f]{4})$"
 )
