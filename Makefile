@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml constraints.txt
 setup: $(STAMP)
 
 demo: setup
-	$(BIN)/coordinator replay --config conf/demo.properties --format timeline examples/static-member-restart.jsonl examples/three-members.jsonl examples/member-crash.jsonl
+	$(BIN)/coordinator replay --config conf/coordinator.properties --format timeline examples/static-member-restart.jsonl examples/three-members.jsonl examples/member-crash.jsonl
 
 # pytest exits 5 when it collects no test: that is not a failure of the suite.
 test: setup
