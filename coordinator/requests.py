@@ -410,15 +410,7 @@ def error_fields(api: str, body: dict[str, Any] | None, error: Error) -> dict[st
     """The API's own fields in a response that failed as a whole."""
     body = body or {}
     if api == "join_group":
-        return {
-            "generation_id": -1,
-            "protocol_type": None,
-            "protocol_name": None,
-            "leader": "",
-            "skip_assignment": False,
-            "member_id": body.get("member_id", ""),
-            "members": [],
-        }
+        return failed_join_fields(body.get("member_id", ""))
     if api == "sync_group":
         return {"protocol_type": None, "protocol_name": None, "assignment": b""}
     if api == "offset_commit":
@@ -434,6 +426,19 @@ def error_fields(api: str, body: dict[str, Any] | None, error: Error) -> dict[st
     if api == "find_coordinator":
         return {"offsets_partition": -1, "node_id": -1, "host": "", "port": -1}
     return {}
+
+
+def failed_join_fields(member_id: str) -> dict[str, Any]:
+    """A JoinGroup answer that did not join: no generation, no protocol, no leader."""
+    return {
+        "generation_id": -1,
+        "protocol_type": None,
+        "protocol_name": None,
+        "leader": "",
+        "skip_assignment": False,
+        "member_id": member_id,
+        "members": [],
+    }
 
 
 def partition_results(partitions: list[dict[str, Any]], error: Error) -> list[dict[str, Any]]:

@@ -34,7 +34,7 @@ from coordinator.group.model import (
 )
 from coordinator.group.states import GroupState, can_rebalance
 from coordinator.log import records as log
-from coordinator.requests import Request
+from coordinator.requests import Request, failed_join_fields
 
 EMPTY = GroupState.EMPTY
 PREPARING = GroupState.PREPARING_REBALANCE
@@ -46,20 +46,8 @@ DEAD = GroupState.DEAD
 # --- answers ----------------------------------------------------------------------------------
 
 
-def join_error(
-    ctx: GroupContext, request_id: Any, error: Error, member_id: str, **overrides: Any
-) -> None:
-    fields: dict[str, Any] = {
-        "generation_id": -1,
-        "protocol_type": None,
-        "protocol_name": None,
-        "leader": "",
-        "skip_assignment": False,
-        "member_id": member_id,
-        "members": [],
-    }
-    fields.update(overrides)
-    ctx.respond("join_group", request_id, error, **fields)
+def join_error(ctx: GroupContext, request_id: Any, error: Error, member_id: str) -> None:
+    ctx.respond("join_group", request_id, error, **failed_join_fields(member_id))
 
 
 def answer_join(
@@ -129,21 +117,9 @@ def drop_member(ctx: GroupContext, group: ClassicGroup, member_id: str) -> None:
     member = group.members.get(member_id)
     ctx.cancel(heartbeat_key(member_id))
     if member is not None:
-        answer_join(ctx, group, member, Error.UNKNOWN_MEMBER_ID, **_unknown_member_join())
+        answer_join(ctx, group, member, Error.UNKNOWN_MEMBER_ID, **failed_join_fields(""))
         answer_sync(ctx, member, Error.UNKNOWN_MEMBER_ID, None, None, EMPTY_ASSIGNMENT)
     group.remove(member_id)
-
-
-def _unknown_member_join() -> dict[str, Any]:
-    return {
-        "generation_id": -1,
-        "protocol_type": None,
-        "protocol_name": None,
-        "leader": "",
-        "skip_assignment": False,
-        "member_id": "",
-        "members": [],
-    }
 
 
 def reschedule_heartbeat(ctx: GroupContext, member: Member, timeout_ms: int | None = None) -> None:
@@ -344,7 +320,7 @@ def update_static_member_then_rebalance_or_complete_join(
         group,
         old,
         Error.FENCED_INSTANCE_ID,
-        **dict(_unknown_member_join(), member_id=old_member_id),
+        **failed_join_fields(old_member_id),
     )
     answer_sync(ctx, old, Error.FENCED_INSTANCE_ID, None, None, EMPTY_ASSIGNMENT)
     ctx.cancel(heartbeat_key(old_member_id))
@@ -764,7 +740,7 @@ def unload_group(ctx: GroupContext, group: ClassicGroup) -> None:
             group,
             member,
             Error.NOT_COORDINATOR,
-            **dict(_unknown_member_join(), member_id=member.member_id),
+            **failed_join_fields(member.member_id),
         )
         answer_sync(ctx, member, Error.NOT_COORDINATOR, None, None, EMPTY_ASSIGNMENT)
     ctx.group = None

@@ -73,21 +73,14 @@ def offset_commit_record(
         commit_timestamp_ms=offset.commit_timestamp_ms,
         expire_timestamp_ms=offset.expire_timestamp_ms,
     )
-    record = dict(_BLANK)
-    record.update(
-        record_type=OFFSET_COMMIT,
-        group_id=group_id,
-        topic=topic,
-        partition=partition,
-        timestamp_ms=now_ms,
-        key=codec.encode_offset_commit_key(group_id, topic, partition),
-        value=codec.encode_offset_commit_value(value),
-    )
+    record = offset_tombstone(group_id, topic, partition, now_ms)
+    record["value"] = codec.encode_offset_commit_value(value)
     _offset_fields(record, value)
     return record
 
 
 def offset_tombstone(group_id: str, topic: str, partition: int, now_ms: int) -> dict[str, Any]:
+    """An OffsetCommit key with a null value; the base of every offset record."""
     record = dict(_BLANK)
     record.update(
         record_type=OFFSET_COMMIT,
@@ -142,6 +135,7 @@ def empty_group_record(group: ClassicGroup, now_ms: int) -> dict[str, Any]:
 
 
 def group_tombstone(group_id: str, now_ms: int) -> dict[str, Any]:
+    """A GroupMetadata key with a null value; the base of every group record."""
     record = dict(_BLANK)
     record.update(
         record_type=GROUP_METADATA,
@@ -153,14 +147,8 @@ def group_tombstone(group_id: str, now_ms: int) -> dict[str, Any]:
 
 
 def _group_record(group_id: str, value: GroupMetadataValue, now_ms: int) -> dict[str, Any]:
-    record = dict(_BLANK)
-    record.update(
-        record_type=GROUP_METADATA,
-        group_id=group_id,
-        timestamp_ms=now_ms,
-        key=codec.encode_group_metadata_key(group_id),
-        value=codec.encode_group_metadata_value(value),
-    )
+    record = group_tombstone(group_id, now_ms)
+    record["value"] = codec.encode_group_metadata_value(value)
     _group_fields(record, value)
     return record
 
