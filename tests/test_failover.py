@@ -44,7 +44,11 @@ SESSION_MS = 1_000
 REBALANCE_MS = 1_000
 #: Errors after which the Java client marks the coordinator unknown and looks it up again
 #: (the brief's simplification: COORDINATOR_LOAD_IN_PROGRESS too).
-COORDINATOR_ERRORS = {"NOT_COORDINATOR", "COORDINATOR_NOT_AVAILABLE", "COORDINATOR_LOAD_IN_PROGRESS"}
+COORDINATOR_ERRORS = {
+    "NOT_COORDINATOR",
+    "COORDINATOR_NOT_AVAILABLE",
+    "COORDINATOR_LOAD_IN_PROGRESS",
+}
 
 
 def make_nodes() -> tuple[GroupCoordinator, GroupCoordinator]:
@@ -389,7 +393,10 @@ class Member:
         if error is None:
             assignment = decode_assignment(response["assignment"])
             self.assigned = [
-                p for tp in assignment.assigned_partitions if tp.topic == TOPIC for p in tp.partitions
+                p
+                for tp in assignment.assigned_partitions
+                if tp.topic == TOPIC
+                for p in tp.partitions
             ]
             self.state = "stable"
             self.commit_due = True
@@ -458,6 +465,10 @@ def run_until_stable(sim: Sim, group_ids: list[str], commits: int = 3, limit_ms:
 
 
 def test_partition_moves_from_a_to_b_mid_workload() -> None:
+    """Three groups of three consumers settle and commit; then A's partition 0 moves to B.
+    The moved group's consumers get NOT_COORDINATOR from A, find B, are answered blindly
+    (heartbeats) or told to wait (commits) while B loads, and go on with B; the other groups
+    never notice; every acknowledged commit survives; the log stays one numbered sequence."""
     moved_partition = 0
     moved = group_on(moved_partition)  # on A's partition 0: moves to B
     stays_on_a = group_on(1)  # on A's partition 1: stays on A
@@ -467,6 +478,7 @@ def test_partition_moves_from_a_to_b_mid_workload() -> None:
     start(sim, groups)
 
     run_until_stable(sim, groups)
+    assert len({m.member_id for m in sim.members}) == len(sim.members) == 9
     assert sim.a.group(moved) is not None and sim.b.group(moved) is None
     for g in groups:
         for m in sim.group_members(g):
@@ -490,7 +502,9 @@ def test_partition_moves_from_a_to_b_mid_workload() -> None:
     loading = [
         (req["api"], resp["error"])
         for t, node_id, req, resp in sim.trace
-        if t >= moved_at and node_id == 1 and req["group_id"] == moved
+        if t >= moved_at
+        and node_id == 1
+        and req["group_id"] == moved
         and req["api"] != "find_coordinator"
     ]
     assert ("heartbeat", None) in loading, loading
@@ -504,6 +518,8 @@ def test_partition_moves_from_a_to_b_mid_workload() -> None:
     records = [r for r in sim.log if r["offsets_partition"] == moved_partition]
     assert sim.b.load_partition(moved_partition, records, sim.now)
     sim.drain()
+    # Before anyone commits again: B holds exactly what A acknowledged.
+    assert_nothing_lost(sim, moved, owner=1)
     sim.run(3_000)
 
     # The moved group: every member found B, and the group is Stable on B with all of them.
@@ -546,8 +562,11 @@ def test_partition_moves_from_a_to_b_mid_workload() -> None:
     for partition in range(4):
         offsets = [r["offset"] for r in sim.log if r["offsets_partition"] == partition]
         assert offsets == list(range(len(offsets))), (partition, offsets)
-    on_p = [w for w, r in zip(sim.log_writer, sim.log, strict=True)
-            if r["offsets_partition"] == moved_partition]
+    on_p = [
+        w
+        for w, r in zip(sim.log_writer, sim.log, strict=True)
+        if r["offsets_partition"] == moved_partition
+    ]
     first_b = on_p.index(1)
     assert first_b == len(a_records_on_p) >= 1
     assert set(on_p[:first_b]) == {0} and set(on_p[first_b:]) == {1}
@@ -574,6 +593,96 @@ def test_partition_moves_from_a_to_b_mid_workload() -> None:
     )
 
 
+def move(
+    sim: Sim,
+    partition: int,
+    to: int,
+    *,
+    epoch: int | None = None,
+    loading_ms: int = 100,
+) -> list[dict[str, Any]]:
+    """LeaderAndIsr moves ``partition`` to node ``to``: unload, re-point, load from the log.
+    Returns what the unload answered."""
+    src, dst = sim.nodes[1 - to], sim.nodes[to]
+    unloaded = src.unload_partition(partition, sim.now, epoch=epoch)
+    sim.receive(unloaded)
+    sim.pump()
+    src.set_partition_owner(partition, dst.node)
+    dst.set_partition_owner(partition, None)
+    assert dst.begin_loading(partition, epoch=epoch)
+    sim.run(loading_ms)
+    records = [r for r in sim.log if r["offsets_partition"] == partition]
+    assert dst.load_partition(partition, records, sim.now, epoch=epoch)
+    sim.drain()
+    for group_id in {m.group_id for m in sim.members}:
+        if partition_for(group_id, 4) == partition:
+            assert_nothing_lost(sim, group_id, owner=to)  # before anyone commits again
+    return unloaded
+
+
+def assert_nothing_lost(sim: Sim, group_id: str, owner: int) -> None:
+    fetched = sim.fetch_all(owner, group_id)
+    assert fetched["error"] is None, fetched
+    got = {(p["topic"], p["partition"]): p["offset"] for p in fetched["partitions"]}
+    assert got == sim.last_acked(group_id), group_id
+
+
+def assert_contiguous(sim: Sim) -> None:
+    for partition in range(4):
+        offsets = [r["offset"] for r in sim.log if r["offsets_partition"] == partition]
+        assert offsets == list(range(len(offsets))), (partition, offsets)
+
+
+def test_partition_moves_during_a_rebalance() -> None:
+    """A fourth member joins the moved group; the move comes while its JoinGroup is parked on A
+    (PreparingRebalance). The parked join gets NOT_COORDINATOR, B loads the last Stable
+    generation, and the group settles on B with all four members."""
+    moved, other = group_on(0), group_on(2)
+    sim = Sim()
+    start(sim, [moved, other])
+    run_until_stable(sim, [moved, other])
+    generation = sim.a.group(moved).generation_id
+    newcomer = Member(sim, moved, 3)
+    for _ in range(50):
+        sim.tick()
+        if newcomer.in_flight is not None and newcomer.member_id:
+            break
+    assert sim.a.group(moved).state.value == "PreparingRebalance"
+    parked = newcomer.in_flight
+    unloaded = move(sim, 0, to=1)
+    assert [(r["request_id"], r["error"]) for r in unloaded] == [(parked, "NOT_COORDINATOR")]
+    assert sim.b.group(moved).generation_id == generation  # the last SyncGroup record's
+    sim.run(3_000)
+
+    group = sim.b.group(moved)
+    assert group is not None and group.state.value == "Stable"
+    assert group.generation_id > generation
+    assert sorted(group.members) == sorted(m.member_id for m in sim.group_members(moved))
+    assert all(m.state == "stable" and m.coordinator == 1 for m in sim.group_members(moved))
+    assert_nothing_lost(sim, moved, owner=1)
+    assert_nothing_lost(sim, other, owner=1)
+    assert_contiguous(sim)
+
+
+def test_partition_moves_back_and_forth() -> None:
+    """A -> B -> A -> B with rising leader epochs: each new leader goes on numbering the
+    partition where the last one stopped, and no acknowledged commit is lost on the way."""
+    moved = group_on(0)
+    sim = Sim()
+    start(sim, [moved])
+    run_until_stable(sim, [moved])
+    for epoch, to in ((1, 1), (2, 0), (3, 1)):
+        move(sim, 0, to=to, epoch=epoch)
+        sim.run(1_000)
+        assert sim.stable(moved)
+        assert all(m.coordinator == to for m in sim.group_members(moved))
+        assert_nothing_lost(sim, moved, owner=to)
+        assert_contiguous(sim)
+    writers = [w for w, r in zip(sim.log_writer, sim.log, strict=True) if r["group_id"] == moved]
+    changes = [w for i, w in enumerate(writers) if i == 0 or writers[i - 1] != w]
+    assert changes == [0, 1, 0, 1]
+
+
 # --- test 2: unload answers parked requests ---------------------------------------------------
 
 
@@ -593,6 +702,8 @@ def join_request(group_id: str, member_id: str, client: str) -> dict[str, Any]:
 
 
 def test_unload_answers_parked_join_and_sync_with_not_coordinator() -> None:
+    """Section 10.7: a PreparingRebalance group's parked JoinGroup and a CompletingRebalance
+    group's parked SyncGroup are answered NOT_COORDINATOR; both groups are gone from A."""
     preparing = group_on(0)
     completing = group_on(0, skip=(preparing,))
     sim = Sim()
@@ -664,7 +775,9 @@ def test_unload_answers_parked_join_and_sync_with_not_coordinator() -> None:
 
     sim.drain()
     written = len(sim.log)
-    sim.receive(sim.a.unload_partition(0, sim.now))
+    unloaded = sim.a.unload_partition(0, sim.now)
+    assert sorted(r["request_id"] for r in unloaded) == sorted([parked_join, parked_sync])
+    sim.receive(unloaded)
     sim.pump()
     join_answer = sim.answer(parked_join)
     assert join_answer["error"] == "NOT_COORDINATOR"
@@ -685,6 +798,8 @@ def test_unload_answers_parked_join_and_sync_with_not_coordinator() -> None:
 
 
 def test_stale_epochs_are_ignored() -> None:
+    """A load with an epoch older than the one loading is ignored (the partition stays
+    loading); so is an unload with a stale epoch; an unload without epoch always unloads."""
     group_id = group_on(0)
     sim = Sim()
     commit = sim.call(
@@ -741,6 +856,8 @@ def test_stale_epochs_are_ignored() -> None:
 
 
 def test_find_coordinator_answers_partition_and_owner() -> None:
+    """Section 6.1: the partition and its owner's address, this node's or the one it knows;
+    COORDINATOR_NOT_AVAILABLE (node -1) when no owner is known."""
     a, b = make_nodes()
     a.set_partition_owner(3, None)  # nobody known for partition 3 on A
     for partition, node, expected in (
