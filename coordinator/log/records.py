@@ -309,7 +309,8 @@ def durable_view(group: ClassicGroup | None) -> tuple[Any, ...] | None:
                 m.client_host,
                 m.rebalance_timeout_ms,
                 m.session_timeout_ms,
-                m.metadata(group.protocol_name) if group.protocol_name else b"",
+                # During a rebalance a member may no longer offer the previous protocol.
+                dict(m.protocols).get(group.protocol_name or "", b""),
                 m.assignment,
             )
             for m in group.members.values()
