@@ -30,6 +30,15 @@ def add_parser(subparsers: Any) -> None:
     engine.add_argument("--json", action="store_true", help="print one JSON object")
     engine.add_argument("--quick", action="store_true", help="smaller runs (for smoke tests)")
     engine.set_defaults(run=run_engine)
+    assignors = kinds.add_parser("assignors", help="each assignor's time by members x partitions")
+    assignors.add_argument("--json", action="store_true", help="print one JSON object")
+    assignors.add_argument("--quick", action="store_true", help="the two smallest sizes only")
+    assignors.set_defaults(run=run_assignors)
+    group = kinds.add_parser("group", help="a simulated group stabilising through the engine")
+    group.add_argument("--members", type=int, default=1000)
+    group.add_argument("--assignor", default="cooperative-sticky")
+    group.add_argument("--json", action="store_true", help="print one JSON object")
+    group.set_defaults(run=run_group)
 
 
 def _join(group: str, rid: int, member_id: str = "") -> dict[str, Any]:
@@ -259,4 +268,61 @@ def run_engine(args: argparse.Namespace) -> int:
         out.write(f"  commits/s ({label.replace('_', ' ')}) {rate:>9,}\n")
     out.write(f"  fetches/s (10 partitions) {figures['fetches_per_s']:>10,}\n")
     out.write(f"  load, records/s         {figures['load_records_per_s']:>12,}\n")
+    return 0
+
+
+def run_assignors(args: argparse.Namespace) -> int:
+    from coordinator.client.assignor_bench import bench_assignors
+
+    figures = bench_assignors(quick=args.quick)
+    if args.json:
+        print(json.dumps(figures))
+        return 0
+    print("assignors: milliseconds for one assign(), members x partitions (10 topics)")
+    for name, timings in figures.items():
+        for size, ms in timings.items():
+            print(f"  {name:<20} {size:<24} {ms:>12,.1f} ms")
+    return 0
+
+
+def stabilise_group(members: int, assignor: str) -> dict[str, float]:
+    """Members join a new group through GroupMember and the in-process engine, on a simulated
+    clock: simulated time until every member is STABLE, and the wall time it took to run."""
+    from coordinator.client.member import MemberConfig
+    from coordinator.client.simulation import Simulation
+
+    topics = {f"topic-{i}": 100 for i in range(10)}
+    sim = Simulation(CoordinatorConfig(), step_ms=10)
+    config = MemberConfig(session_timeout_ms=45_000, heartbeat_interval_ms=3_000)
+    for i in range(members):
+        sim.add_member(
+            "bench",
+            topics,
+            metadata=topics,
+            client_id=f"c{i}",
+            config=config,
+            assignors=[assignor],
+            poll_every_ms=100,
+        )
+    start = time.perf_counter()
+    if not sim.run(600_000, until=lambda: sim.stable("bench")):
+        raise RuntimeError("the group did not stabilise in 10 simulated minutes")
+    return {
+        "members": members,
+        "simulated_ms": sim.clock.now_ms(),
+        "wall_s": round(time.perf_counter() - start, 3),
+        "requests": sim.network.sent,
+    }
+
+
+def run_group(args: argparse.Namespace) -> int:
+    figures = stabilise_group(args.members, args.assignor)
+    if args.json:
+        print(json.dumps(figures))
+        return 0
+    print(
+        f"{figures['members']} members ({args.assignor}) stable after {figures['simulated_ms']:,} "
+        f"simulated ms (Kafka's 3 s initial delay included), {figures['wall_s']} s of wall time, "
+        f"{figures['requests']:,} requests"
+    )
     return 0

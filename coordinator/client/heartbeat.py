@@ -18,7 +18,13 @@ import random
 class ExponentialBackoff:
     """Kafka's ``ExponentialBackoff``: ``initial * 2**attempts``, capped, with +/- jitter."""
 
-    def __init__(self, initial_ms: int, maximum_ms: int, jitter: float = 0.2, rng: random.Random | None = None) -> None:
+    def __init__(
+        self,
+        initial_ms: int,
+        maximum_ms: int,
+        jitter: float = 0.2,
+        rng: random.Random | None = None,
+    ) -> None:
         self.initial_ms = initial_ms
         self.maximum_ms = max(maximum_ms, initial_ms)
         self.jitter = jitter

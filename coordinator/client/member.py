@@ -18,7 +18,7 @@ import itertools
 import random
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
 from coordinator.client.assignors import (
@@ -48,7 +48,7 @@ NO_GENERATION = -1
 UNKNOWN_MEMBER_ID = ""
 
 
-class MemberState(str, Enum):
+class MemberState(StrEnum):
     """Kafka's client-side ``MemberState``."""
 
     UNJOINED = "UNJOINED"
@@ -163,7 +163,9 @@ class GroupMember:
         self.listener = listener or ConsumerRebalanceListener()
         self.config = config or MemberConfig()
         rebalance = self.config.rebalance_timeout_ms
-        self.rebalance_timeout_ms = self.config.max_poll_interval_ms if rebalance is None else rebalance
+        self.rebalance_timeout_ms = (
+            self.config.max_poll_interval_ms if rebalance is None else rebalance
+        )
         now = clock.now_ms()
         self.heartbeat = Heartbeat(
             self.config.session_timeout_ms,
@@ -193,6 +195,8 @@ class GroupMember:
         self._join_attempts = 0
         self._heartbeat_enabled = False
         self._requests_in_flight = 0
+        #: Kafka's ``needsJoinPrepare``: the listener runs once per rebalance, not per attempt.
+        self._needs_join_prepare = True
 
     # -- the application's calls ----------------------------------------------------------------
 
@@ -248,7 +252,14 @@ class GroupMember:
         entries = []
         for tp, value in offsets.items():
             offset, metadata = value if isinstance(value, tuple) else (value, "")
-            entries.append({"topic": tp.topic, "partition": tp.partition, "offset": offset, "metadata": metadata})
+            entries.append(
+                {
+                    "topic": tp.topic,
+                    "partition": tp.partition,
+                    "offset": offset,
+                    "metadata": metadata,
+                }
+            )
         request = {
             "api": "offset_commit",
             "group_id": self.group_id,
@@ -260,7 +271,9 @@ class GroupMember:
         committed = {tp: (v[0] if isinstance(v, tuple) else v) for tp, v in offsets.items()}
         self._send(request, lambda answer: self._on_commit(answer, generation, committed, callback))
 
-    def fetch_committed(self, partitions: Iterable[TopicPartition], callback: FetchCallback) -> None:
+    def fetch_committed(
+        self, partitions: Iterable[TopicPartition], callback: FetchCallback
+    ) -> None:
         """OffsetFetch (``committed()``): -1 for a partition that has no committed offset."""
         self._raise_if_failed()
         if self.coordinator is None:
@@ -336,13 +349,17 @@ class GroupMember:
             return
         if self._joining or self._syncing or now < self._next_attempt_ms:
             return
-        if self.state is not MemberState.PREPARING_REBALANCE:
+        if self._needs_join_prepare:
+            self._needs_join_prepare = False
             self._on_join_prepare(now)
         self._send_join(now)
 
     def _on_join_prepare(self, now: int) -> None:
         """Kafka's ``onJoinPrepare``: give partitions back before joining again."""
-        if self.generation.generation_id == NO_GENERATION or self.generation.member_id == UNKNOWN_MEMBER_ID:
+        if (
+            self.generation.generation_id == NO_GENERATION
+            or self.generation.member_id == UNKNOWN_MEMBER_ID
+        ):
             self._lose_all(now)
         elif self.rebalance_protocol == EAGER:
             self._revoke(now, list(self.owned))
@@ -350,14 +367,15 @@ class GroupMember:
             # Cooperative: keep what is still subscribed; only give up the rest.
             topics = set(self.topics or ())
             self._revoke(now, [tp for tp in self.owned if tp.topic not in topics])
-        self.state = MemberState.PREPARING_REBALANCE
-        self._heartbeat_enabled = False
 
     def _send_join(self, now: int) -> None:
         self._joining = True
         self.rejoin_needed = False
+        self.state = MemberState.PREPARING_REBALANCE
+        self._heartbeat_enabled = False
         protocols = [
-            {"name": a.name, "metadata": encode_subscription(self._subscription(a))} for a in self.assignors
+            {"name": a.name, "metadata": encode_subscription(self._subscription(a))}
+            for a in self.assignors
         ]
         request = {
             "api": "join_group",
@@ -394,18 +412,26 @@ class GroupMember:
             return
         if error is Error.NONE:
             self._join_attempts = 0
-            self.generation = Generation(answer["generation_id"], answer["member_id"], answer["protocol_name"])
+            self.generation = Generation(
+                answer["generation_id"], answer["member_id"], answer["protocol_name"]
+            )
             self.state = MemberState.COMPLETING_REBALANCE
             self._heartbeat_enabled = True
             self.heartbeat.reset_timeouts(now)
-            self._event(now, "joined", (answer["generation_id"], answer["leader"] == answer["member_id"]))
+            self._event(
+                now, "joined", (answer["generation_id"], answer["leader"] == answer["member_id"])
+            )
             if answer["protocol_type"] not in (None, PROTOCOL_TYPE):
-                return self._fail(GroupError(Error.INCONSISTENT_GROUP_PROTOCOL, "unexpected protocol type"))
+                return self._fail(
+                    GroupError(Error.INCONSISTENT_GROUP_PROTOCOL, "unexpected protocol type")
+                )
             if answer["leader"] == answer["member_id"] and not answer["skip_assignment"]:
                 try:
                     assignments = self._lead(answer)
                 except DecodeError as exc:
-                    return self._fail(GroupError(Error.INCONSISTENT_GROUP_PROTOCOL, f"bad subscription: {exc}"))
+                    return self._fail(
+                        GroupError(Error.INCONSISTENT_GROUP_PROTOCOL, f"bad subscription: {exc}")
+                    )
             else:
                 assignments = []
             return self._send_sync(now, assignments)
@@ -419,7 +445,12 @@ class GroupMember:
             return self._rejoin(now, immediately=True)
         if error is Error.COORDINATOR_LOAD_IN_PROGRESS:
             return self._rejoin(now)
-        if error in (Error.COORDINATOR_NOT_AVAILABLE, Error.NOT_COORDINATOR, Error.NETWORK_EXCEPTION, Error.REQUEST_TIMED_OUT):
+        if error in (
+            Error.COORDINATOR_NOT_AVAILABLE,
+            Error.NOT_COORDINATOR,
+            Error.NETWORK_EXCEPTION,
+            Error.REQUEST_TIMED_OUT,
+        ):
             self._coordinator_unknown(now)
             return self._rejoin(now)
         # FENCED_INSTANCE_ID, INCONSISTENT_GROUP_PROTOCOL, INVALID_SESSION_TIMEOUT,
@@ -431,9 +462,13 @@ class GroupMember:
         protocol = answer["protocol_name"]
         chosen = next((a for a in self.assignors if a.name == protocol), None)
         if chosen is None:
-            raise DecodeError(f"the coordinator chose {protocol!r}, which this member does not offer")
+            raise DecodeError(
+                f"the coordinator chose {protocol!r}, which this member does not offer"
+            )
         members = [
-            MemberSubscription(m["member_id"], m["group_instance_id"], decode_subscription(m["metadata"]))
+            MemberSubscription(
+                m["member_id"], m["group_instance_id"], decode_subscription(m["metadata"])
+            )
             for m in answer["members"]
         ]
         partitions = self._partitions_per_topic({t for m in members for t in m.subscription.topics})
@@ -470,16 +505,27 @@ class GroupMember:
         error = Error(answer["error_code"])
         if error is Error.NONE:
             if answer["protocol_name"] not in (None, sent_with.protocol_name):
-                return self._fail(GroupError(Error.INCONSISTENT_GROUP_PROTOCOL, "SyncGroup named another protocol"))
+                return self._fail(
+                    GroupError(
+                        Error.INCONSISTENT_GROUP_PROTOCOL, "SyncGroup named another protocol"
+                    )
+                )
             if len(answer["assignment"]) < 2:
                 # ConsumerCoordinator.onJoinComplete: "the leader's assign function is buggy".
-                return self._fail(GroupError(Error.INCONSISTENT_GROUP_PROTOCOL, "empty assignment from the leader"))
+                return self._fail(
+                    GroupError(
+                        Error.INCONSISTENT_GROUP_PROTOCOL, "empty assignment from the leader"
+                    )
+                )
             try:
                 assignment = decode_assignment(answer["assignment"])
             except DecodeError as exc:
-                return self._fail(GroupError(Error.INCONSISTENT_GROUP_PROTOCOL, f"bad assignment: {exc}"))
+                return self._fail(
+                    GroupError(Error.INCONSISTENT_GROUP_PROTOCOL, f"bad assignment: {exc}")
+                )
             self.state = MemberState.STABLE
             self.heartbeat.reset_session(now)
+            self._needs_join_prepare = True
             return self._on_join_complete(now, assignment)
         self._event(now, "sync-failed", error.name)
         if error is Error.REBALANCE_IN_PROGRESS:
@@ -487,14 +533,23 @@ class GroupMember:
         if error in (Error.UNKNOWN_MEMBER_ID, Error.ILLEGAL_GENERATION):
             self._reset_generation(keep_member_id=error is Error.ILLEGAL_GENERATION)
             return self._rejoin(now, immediately=True)
-        if error in (Error.COORDINATOR_NOT_AVAILABLE, Error.NOT_COORDINATOR, Error.NETWORK_EXCEPTION, Error.REQUEST_TIMED_OUT):
+        if error in (
+            Error.COORDINATOR_NOT_AVAILABLE,
+            Error.NOT_COORDINATOR,
+            Error.NETWORK_EXCEPTION,
+            Error.REQUEST_TIMED_OUT,
+        ):
             self._coordinator_unknown(now)
             return self._rejoin(now)
         return self._fail(GroupError(error, answer.get("error_message") or "SyncGroup failed"))
 
     def _on_join_complete(self, now: int, assignment: Assignment) -> None:
         """Kafka's ``onJoinComplete``: take the new assignment, tell the listener."""
-        new = [TopicPartition(tp.topic, p) for tp in assignment.assigned_partitions for p in tp.partitions]
+        new = [
+            TopicPartition(tp.topic, p)
+            for tp in assignment.assigned_partitions
+            for p in tp.partitions
+        ]
         chosen = next((a for a in self.assignors if a.name == self.generation.protocol_name), None)
         if chosen is not None:
             chosen.on_assignment(assignment, self.generation.generation_id)
@@ -510,15 +565,12 @@ class GroupMember:
         self.listener.on_partitions_assigned(added)
 
     def _rejoin(self, now: int, immediately: bool = False) -> None:
+        """A join round failed: try again, at once or after the backoff (Kafka's join loop)."""
         self.rejoin_needed = True
-        if self.state is MemberState.COMPLETING_REBALANCE or self.state is MemberState.STABLE:
-            self.state = MemberState.PREPARING_REBALANCE
-            self._heartbeat_enabled = False
+        self._heartbeat_enabled = False
         if not immediately:
             self._backoff(now)
-        if self.heartbeat.last_poll_ms >= 0:
-            # The join loop runs inside poll(); retrying at once is what the Java client does.
-            self._ensure_active_group(now)
+        self._ensure_active_group(now)
 
     def _backoff(self, now: int) -> None:
         self._next_attempt_ms = now + self.heartbeat.backoff.backoff(self._join_attempts)
@@ -548,20 +600,25 @@ class GroupMember:
             return
         if error is Error.REBALANCE_IN_PROGRESS:
             self.heartbeat.received_heartbeat(now)  # still counts as a successful heartbeat
-            if self.state is MemberState.STABLE:
+            if self.state is MemberState.STABLE and not self.rejoin_needed:
                 self._event(now, "rebalance-requested", "heartbeat")
-                self.rejoin_needed = True
-                self.state = MemberState.PREPARING_REBALANCE
-                self._heartbeat_enabled = False
+                self.rejoin_needed = True  # the next poll() rejoins, as Kafka's requestRejoin()
             return
         self.heartbeat.fail_heartbeat(now)
-        if error in (Error.COORDINATOR_NOT_AVAILABLE, Error.NOT_COORDINATOR, Error.NETWORK_EXCEPTION, Error.REQUEST_TIMED_OUT):
+        if error in (
+            Error.COORDINATOR_NOT_AVAILABLE,
+            Error.NOT_COORDINATOR,
+            Error.NETWORK_EXCEPTION,
+            Error.REQUEST_TIMED_OUT,
+        ):
             self._coordinator_unknown(now)
         elif error in (Error.ILLEGAL_GENERATION, Error.UNKNOWN_MEMBER_ID, Error.FENCED_INSTANCE_ID):
             if sent_with != self.generation:
                 return  # the member moved on meanwhile: the answer is stale
             if error is Error.FENCED_INSTANCE_ID:
-                return self._fail(GroupError(error, "another member took over this group.instance.id"))
+                return self._fail(
+                    GroupError(error, "another member took over this group.instance.id")
+                )
             self._event(now, "heartbeat-" + error.name, sent_with.generation_id)
             self._reset_generation(keep_member_id=error is Error.ILLEGAL_GENERATION)
             self.rejoin_needed = True
@@ -585,7 +642,13 @@ class GroupMember:
             request = {
                 "api": "leave_group",
                 "group_id": self.group_id,
-                "members": [{"member_id": self.generation.member_id, "group_instance_id": None, "reason": reason}],
+                "members": [
+                    {
+                        "member_id": self.generation.member_id,
+                        "group_instance_id": None,
+                        "reason": reason,
+                    }
+                ],
             }
             self._event(now, "leave", reason)
             self._send(request, lambda answer: None)
@@ -630,7 +693,12 @@ class GroupMember:
                 outcome = GroupError(error, "the commit was refused")
             elif error in (Error.COORDINATOR_LOAD_IN_PROGRESS, Error.UNKNOWN_TOPIC_OR_PARTITION):
                 outcome = RetriableCommitError(error)
-            elif error in (Error.COORDINATOR_NOT_AVAILABLE, Error.NOT_COORDINATOR, Error.REQUEST_TIMED_OUT, Error.NETWORK_EXCEPTION):
+            elif error in (
+                Error.COORDINATOR_NOT_AVAILABLE,
+                Error.NOT_COORDINATOR,
+                Error.REQUEST_TIMED_OUT,
+                Error.NETWORK_EXCEPTION,
+            ):
                 self._coordinator_unknown(now)
                 outcome = RetriableCommitError(error)
             elif error is Error.FENCED_INSTANCE_ID:
@@ -639,7 +707,9 @@ class GroupMember:
                     self._fail(outcome)
             elif error is Error.REBALANCE_IN_PROGRESS:
                 self.rejoin_needed = True
-                outcome = RebalanceInProgressError("commit during a rebalance; commit again after it")
+                outcome = RebalanceInProgressError(
+                    "commit during a rebalance; commit again after it"
+                )
             elif error in (Error.UNKNOWN_MEMBER_ID, Error.ILLEGAL_GENERATION):
                 if sent_with == self.generation:
                     self._reset_generation(keep_member_id=error is Error.ILLEGAL_GENERATION)
@@ -652,7 +722,9 @@ class GroupMember:
                 )
             else:
                 outcome = GroupError(error, "unexpected commit error")
-        self._event(now, "commit", (dict(offsets), None if outcome is None else type(outcome).__name__))
+        self._event(
+            now, "commit", (dict(offsets), None if outcome is None else type(outcome).__name__)
+        )
         if callback is not None:
             callback(None if outcome else offsets, outcome)
 
@@ -665,11 +737,16 @@ class GroupMember:
                 error = bad[0]
         if error is Error.NONE:
             result = {
-                TopicPartition(p["topic"], p["partition"]): (p["offset"], p["metadata"]) for p in answer["partitions"]
+                TopicPartition(p["topic"], p["partition"]): (p["offset"], p["metadata"])
+                for p in answer["partitions"]
             }
             callback(result, None)
             return
-        if error in (Error.COORDINATOR_NOT_AVAILABLE, Error.NOT_COORDINATOR, Error.NETWORK_EXCEPTION):
+        if error in (
+            Error.COORDINATOR_NOT_AVAILABLE,
+            Error.NOT_COORDINATOR,
+            Error.NETWORK_EXCEPTION,
+        ):
             self._coordinator_unknown(now)
         if error.retriable:
             callback(None, RetriableCommitError(error))
@@ -678,7 +755,12 @@ class GroupMember:
 
     # -- plumbing -------------------------------------------------------------------------------
 
-    def _send(self, request: dict[str, Any], handler: Callable[[dict[str, Any]], None], any_node: bool = False) -> None:
+    def _send(
+        self,
+        request: dict[str, Any],
+        handler: Callable[[dict[str, Any]], None],
+        any_node: bool = False,
+    ) -> None:
         request["request_id"] = f"{self._rid_prefix}/{next(self._rids)}"
         self._requests_in_flight += 1
 

@@ -70,7 +70,11 @@ def transport_error(request: dict[str, Any], error: Error, message: str) -> dict
     """The response a transport makes up when the request or its answer was lost."""
     api = request.get("api", "unknown")
     return response(
-        api, request.get("request_id"), request.get("group_id"), error, message,
+        api,
+        request.get("request_id"),
+        request.get("group_id"),
+        error,
+        message,
         **error_fields(api, None, error),
     )
 
@@ -89,24 +93,33 @@ class InProcessCluster:
         self.nodes = dict(nodes)
         self.clock = clock
         self.down: set[int] = set()
-        self._callbacks: dict[Any, tuple[Callback, dict[str, Any]]] = {}
+        self._callbacks: dict[Any, tuple[Callback, dict[str, Any], int]] = {}
         self._queue: deque[tuple[Callback, dict[str, Any]]] = deque()
         self.sent = 0
 
     def send(self, request: dict[str, Any], callback: Callback, node_id: int | None = None) -> None:
         self.sent += 1
         if node_id is None:
-            node_id = min(n for n in self.nodes if n not in self.down) if len(self.down) < len(self.nodes) else -1
+            node_id = (
+                min(n for n in self.nodes if n not in self.down)
+                if len(self.down) < len(self.nodes)
+                else -1
+            )
         coordinator = self.nodes.get(node_id)
         if coordinator is None or node_id in self.down:
             self._queue.append(
-                (callback, transport_error(request, Error.NETWORK_EXCEPTION, f"node {node_id} is unreachable"))
+                (
+                    callback,
+                    transport_error(
+                        request, Error.NETWORK_EXCEPTION, f"node {node_id} is unreachable"
+                    ),
+                )
             )
             return
         rid = request["request_id"]
         if rid in self._callbacks:
             raise ValueError(f"request id {rid!r} is already in flight")
-        self._callbacks[rid] = (callback, request)
+        self._callbacks[rid] = (callback, request, node_id)
         self._route(coordinator.handle(request, self.clock.now_ms()))
 
     def advance(self) -> None:
@@ -134,11 +147,16 @@ class InProcessCluster:
     def fail_in_flight(self, node_id: int) -> None:
         """A node went away: what it still owed is answered NETWORK_EXCEPTION (as a client's
         connection drop fails its in-flight requests)."""
-        owed = list(self._callbacks.values())
-        self._callbacks.clear()
-        for callback, request in owed:
+        owed = [(rid, entry) for rid, entry in self._callbacks.items() if entry[2] == node_id]
+        for rid, (callback, request, _) in owed:
+            del self._callbacks[rid]
             self._queue.append(
-                (callback, transport_error(request, Error.NETWORK_EXCEPTION, f"node {node_id} disconnected"))
+                (
+                    callback,
+                    transport_error(
+                        request, Error.NETWORK_EXCEPTION, f"node {node_id} disconnected"
+                    ),
+                )
             )
 
 
