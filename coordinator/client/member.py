@@ -46,6 +46,15 @@ from coordinator.serde import DecodeError
 
 NO_GENERATION = -1
 UNKNOWN_MEMBER_ID = ""
+#: Errors after which the coordinator is looked up again (``markCoordinatorUnknown``).
+COORDINATOR_GONE = frozenset(
+    {
+        Error.COORDINATOR_NOT_AVAILABLE,
+        Error.NOT_COORDINATOR,
+        Error.NETWORK_EXCEPTION,
+        Error.REQUEST_TIMED_OUT,
+    }
+)
 
 
 class MemberState(StrEnum):
@@ -445,12 +454,7 @@ class GroupMember:
             return self._rejoin(now, immediately=True)
         if error is Error.COORDINATOR_LOAD_IN_PROGRESS:
             return self._rejoin(now)
-        if error in (
-            Error.COORDINATOR_NOT_AVAILABLE,
-            Error.NOT_COORDINATOR,
-            Error.NETWORK_EXCEPTION,
-            Error.REQUEST_TIMED_OUT,
-        ):
+        if error in COORDINATOR_GONE:
             self._coordinator_unknown(now)
             return self._rejoin(now)
         # FENCED_INSTANCE_ID, INCONSISTENT_GROUP_PROTOCOL, INVALID_SESSION_TIMEOUT,
@@ -533,12 +537,7 @@ class GroupMember:
         if error in (Error.UNKNOWN_MEMBER_ID, Error.ILLEGAL_GENERATION):
             self._reset_generation(keep_member_id=error is Error.ILLEGAL_GENERATION)
             return self._rejoin(now, immediately=True)
-        if error in (
-            Error.COORDINATOR_NOT_AVAILABLE,
-            Error.NOT_COORDINATOR,
-            Error.NETWORK_EXCEPTION,
-            Error.REQUEST_TIMED_OUT,
-        ):
+        if error in COORDINATOR_GONE:
             self._coordinator_unknown(now)
             return self._rejoin(now)
         return self._fail(GroupError(error, answer.get("error_message") or "SyncGroup failed"))
@@ -605,12 +604,7 @@ class GroupMember:
                 self.rejoin_needed = True  # the next poll() rejoins, as Kafka's requestRejoin()
             return
         self.heartbeat.fail_heartbeat(now)
-        if error in (
-            Error.COORDINATOR_NOT_AVAILABLE,
-            Error.NOT_COORDINATOR,
-            Error.NETWORK_EXCEPTION,
-            Error.REQUEST_TIMED_OUT,
-        ):
+        if error in COORDINATOR_GONE:
             self._coordinator_unknown(now)
         elif error in (Error.ILLEGAL_GENERATION, Error.UNKNOWN_MEMBER_ID, Error.FENCED_INSTANCE_ID):
             if sent_with != self.generation:
@@ -693,12 +687,7 @@ class GroupMember:
                 outcome = GroupError(error, "the commit was refused")
             elif error in (Error.COORDINATOR_LOAD_IN_PROGRESS, Error.UNKNOWN_TOPIC_OR_PARTITION):
                 outcome = RetriableCommitError(error)
-            elif error in (
-                Error.COORDINATOR_NOT_AVAILABLE,
-                Error.NOT_COORDINATOR,
-                Error.REQUEST_TIMED_OUT,
-                Error.NETWORK_EXCEPTION,
-            ):
+            elif error in COORDINATOR_GONE:
                 self._coordinator_unknown(now)
                 outcome = RetriableCommitError(error)
             elif error is Error.FENCED_INSTANCE_ID:
@@ -742,11 +731,7 @@ class GroupMember:
             }
             callback(result, None)
             return
-        if error in (
-            Error.COORDINATOR_NOT_AVAILABLE,
-            Error.NOT_COORDINATOR,
-            Error.NETWORK_EXCEPTION,
-        ):
+        if error in COORDINATOR_GONE:
             self._coordinator_unknown(now)
         if error.retriable:
             callback(None, RetriableCommitError(error))
