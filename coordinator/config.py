@@ -65,7 +65,3 @@ class CoordinatorConfig:
                 raise ValueError(f"unknown coordinator setting {key!r}")
             kwargs[name] = int(value)
         return cls(**kwargs)
-
-    def to_kafka_properties(self) -> dict[str, int]:
-        """The settings under Kafka's own dotted names."""
-        return {f.name.replace("_", "."): getattr(self, f.name) for f in dataclasses.fields(self)}

@@ -14,7 +14,7 @@ from typing import Any
 
 from coordinator.config import CoordinatorConfig
 from coordinator.errors import Error
-from coordinator.group.model import OFFSET_EXPIRY, ClassicGroup, Member
+from coordinator.group.model import OFFSET_EXPIRY, ClassicGroup
 from coordinator.ids import IdSource
 from coordinator.log import records as log
 from coordinator.requests import response
@@ -116,6 +116,3 @@ class GroupContext:
     def new_member_id(self, prefix: str, request_id: Any) -> str:
         """``<client id or instance id>-<uuid>`` (Kafka's ``generateMemberId``)."""
         return f"{prefix}-{self.ids(self.group_id, request_id)}"
-
-    def member_or_none(self, member_id: str) -> Member | None:
-        return None if self.group is None else self.group.members.get(member_id)

@@ -63,8 +63,3 @@ _RETRIABLE = frozenset(
         Error.UNSTABLE_OFFSET_COMMIT,
     }
 )
-
-
-def error_from_code(code: int) -> Error:
-    """The Error for a wire code; ValueError for a code this table does not know."""
-    return Error(code)

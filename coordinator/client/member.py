@@ -319,9 +319,6 @@ class GroupMember:
     def assignment(self) -> list[TopicPartition]:
         return list(self.owned)
 
-    def has_requests_in_flight(self) -> bool:
-        return self._requests_in_flight > 0
-
     # -- coordinator discovery ----------------------------------------------------------------
 
     def _ensure_coordinator(self, now: int) -> None:

@@ -84,7 +84,7 @@ class InProcessCluster:
 
     Requests reach ``coordinator.handle`` at once; responses (including the ones a later call or
     ``advance`` emits for parked requests) are queued and handed to their callbacks by
-    :meth:`deliver`. A node can be taken down: requests to it then fail with NETWORK_EXCEPTION.
+    :meth:`deliver`. A node in ``down`` is unreachable: requests to it fail with NETWORK_EXCEPTION.
     """
 
     def __init__(self, nodes: Mapping[int, GroupCoordinator], clock: Clock) -> None:
@@ -144,24 +144,9 @@ class InProcessCluster:
             if owed is not None:
                 self._queue.append((owed[0], answer))
 
-    def fail_in_flight(self, node_id: int) -> None:
-        """A node went away: what it still owed is answered NETWORK_EXCEPTION (as a client's
-        connection drop fails its in-flight requests)."""
-        owed = [(rid, entry) for rid, entry in self._callbacks.items() if entry[2] == node_id]
-        for rid, (callback, request, _) in owed:
-            del self._callbacks[rid]
-            self._queue.append(
-                (
-                    callback,
-                    transport_error(
-                        request, Error.NETWORK_EXCEPTION, f"node {node_id} disconnected"
-                    ),
-                )
-            )
-
 
 class InProcessTransport(InProcessCluster):
-    """One coordinator in this process (node 0)."""
+    """One coordinator in this process (its node id)."""
 
     def __init__(self, coordinator: GroupCoordinator, clock: Clock) -> None:
         super().__init__({coordinator.node.node_id: coordinator}, clock)
