@@ -24,6 +24,7 @@ from coordinator.client.member import (
 from coordinator.client.simulation import Simulation
 from coordinator.client.transport import SimClock
 from coordinator.errors import Error
+from coordinator.requests import failed_join_fields
 
 CONFIG = CoordinatorConfig(group_initial_rebalance_delay_ms=500)
 TOPICS = {"orders": 60, "payments": 40}
@@ -320,17 +321,7 @@ def joined_member(
     member.poll()
     transport.answer("find_coordinator", node_id=0, host="h", port=1, offsets_partition=0)
     member.poll()
-    transport.answer(
-        "join_group",
-        Error.MEMBER_ID_REQUIRED,
-        member_id="c-1",
-        generation_id=-1,
-        protocol_type=None,
-        protocol_name=None,
-        leader="",
-        skip_assignment=False,
-        members=[],
-    )
+    transport.answer("join_group", Error.MEMBER_ID_REQUIRED, **failed_join_fields("c-1"))
     return member, transport, clock
 
 
@@ -450,17 +441,7 @@ def test_heartbeat_coordinator_errors_rediscover(stable, error: Error) -> None:
 )
 def test_fatal_join_errors_reach_the_application(error: Error) -> None:
     member, transport, _ = joined_member()
-    transport.answer(
-        "join_group",
-        error,
-        member_id="c-1",
-        generation_id=-1,
-        protocol_type=None,
-        protocol_name=None,
-        leader="",
-        skip_assignment=False,
-        members=[],
-    )
+    transport.answer("join_group", error, **failed_join_fields("c-1"))
     with pytest.raises(GroupError) as raised:
         member.poll()
     assert raised.value.error is error
@@ -471,17 +452,7 @@ def test_fatal_join_errors_reach_the_application(error: Error) -> None:
 )
 def test_join_errors_retry_at_once(error: Error) -> None:
     _member, transport, _ = joined_member()
-    transport.answer(
-        "join_group",
-        error,
-        member_id="c-1",
-        generation_id=-1,
-        protocol_type=None,
-        protocol_name=None,
-        leader="",
-        skip_assignment=False,
-        members=[],
-    )
+    transport.answer("join_group", error, **failed_join_fields("c-1"))
     assert transport.pending() == ["join_group"]
     expected = "" if error is Error.UNKNOWN_MEMBER_ID else "c-1"
     assert transport.requests[0][0]["member_id"] == expected
@@ -489,17 +460,7 @@ def test_join_errors_retry_at_once(error: Error) -> None:
 
 def test_join_coordinator_load_backs_off_then_retries() -> None:
     member, transport, clock = joined_member()
-    transport.answer(
-        "join_group",
-        Error.COORDINATOR_LOAD_IN_PROGRESS,
-        member_id="c-1",
-        generation_id=-1,
-        protocol_type=None,
-        protocol_name=None,
-        leader="",
-        skip_assignment=False,
-        members=[],
-    )
+    transport.answer("join_group", Error.COORDINATOR_LOAD_IN_PROGRESS, **failed_join_fields("c-1"))
     assert transport.pending() == []
     clock.advance(FAST.retry_backoff_max_ms * 2)
     member.poll()
