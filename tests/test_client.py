@@ -303,21 +303,20 @@ class Scripted:
         return [r["api"] for r, _ in self.requests]
 
 
+def scripted_member(clock: SimClock, **options: Any) -> tuple[GroupMember, Scripted]:
+    """A member of group "g" subscribed to "orders" (2 partitions), on a scripted transport."""
+    transport = Scripted()
+    member = GroupMember(
+        "g", ["orders"], transport, clock, metadata={"orders": 2}, config=FAST, **options
+    )
+    return member, transport
+
+
 def joined_member(
     assignors: tuple[str, ...] = ("range",),
 ) -> tuple[GroupMember, Scripted, SimClock]:
     clock = SimClock(1_000)
-    transport = Scripted()
-    member = GroupMember(
-        "g",
-        ["orders"],
-        transport,
-        clock,
-        metadata={"orders": 2},
-        client_id="c",
-        config=FAST,
-        assignors=assignors,
-    )
+    member, transport = scripted_member(clock, client_id="c", assignors=assignors)
     member.poll()
     transport.answer("find_coordinator", node_id=0, host="h", port=1, offsets_partition=0)
     member.poll()
@@ -552,17 +551,7 @@ def test_close_revokes_and_leaves(stable) -> None:
 
 
 def test_a_static_member_does_not_leave_on_close() -> None:
-    clock = SimClock(0)
-    transport = Scripted()
-    member = GroupMember(
-        "g",
-        ["orders"],
-        transport,
-        clock,
-        metadata={"orders": 2},
-        group_instance_id="w-1",
-        config=FAST,
-    )
+    member, transport = scripted_member(SimClock(0), group_instance_id="w-1")
     member.coordinator = 0
     member.generation = member.generation.__class__(3, "w-1-x", "range")
     member.close()
