@@ -281,57 +281,16 @@ class GroupCoordinator:
         self._commit(ctx)
 
     def _list_groups(self, request: Request) -> dict[str, Any]:
-        states_filter = request.body["states_filter"]
-        types_filter = request.body["types_filter"]
-        wanted_states: set[GroupState | None] | None = None
-        if states_filter:
-            wanted_states = {parse_state_filter(s) for s in states_filter}
-        groups = []
-        for group_id in sorted(self._groups):
-            group = self._groups[group_id]
-            if wanted_states is not None and group.state not in wanted_states:
-                continue
-            if types_filter and not any(t.strip().lower() == "classic" for t in types_filter):
-                continue
-            groups.append(
-                {
-                    "group_id": group_id,
-                    "protocol_type": group.protocol_type or "",
-                    "group_state": group.state.value,
-                    "group_type": "classic",
-                }
-            )
-        # Kafka 3.x: while a partition loads, say so, but list the groups that are loaded.
-        error = Error.COORDINATOR_LOAD_IN_PROGRESS if self._loading else Error.NONE
-        message = (
-            f"offsets partitions {sorted(self._loading)} are loading" if self._loading else None
-        )
-        return response("list_groups", request.request_id, "", error, message, groups=groups)
+        listed = [
+            (group_id, group.protocol_type, group.state.value)
+            for group_id, group in sorted(self._groups.items())
+        ]
+        return list_groups_response(request, listed, sorted(self._loading))
 
     def _find_coordinator(self, request: Request) -> dict[str, Any]:
         partition = self.partition_for(request.group_id)
         node = self.node if partition in self._owned else self._owners.get(partition)
-        if node is None:
-            return response(
-                "find_coordinator",
-                request.request_id,
-                request.group_id,
-                Error.COORDINATOR_NOT_AVAILABLE,
-                f"no live coordinator is known for offsets partition {partition}",
-                offsets_partition=partition,
-                node_id=-1,
-                host="",
-                port=-1,
-            )
-        return response(
-            "find_coordinator",
-            request.request_id,
-            request.group_id,
-            offsets_partition=partition,
-            node_id=node.node_id,
-            host=node.host,
-            port=node.port,
-        )
+        return find_coordinator_response(request, partition, node)
 
     # --- groups, timers, records ---------------------------------------------------------------
 
@@ -397,6 +356,67 @@ class GroupCoordinator:
                 except Exception as exc:
                     self.internal_errors.append(f"timer {head[2]} of {group_id!r}: {exc!r}")
             self._commit(ctx)
+
+
+def find_coordinator_response(
+    request: Request, partition: int, node: CoordinatorNode | None
+) -> dict[str, Any]:
+    """FindCoordinator's answer: the node that owns the group's offsets partition, if known."""
+    if node is None:
+        return response(
+            "find_coordinator",
+            request.request_id,
+            request.group_id,
+            Error.COORDINATOR_NOT_AVAILABLE,
+            f"no live coordinator is known for offsets partition {partition}",
+            offsets_partition=partition,
+            node_id=-1,
+            host="",
+            port=-1,
+        )
+    return response(
+        "find_coordinator",
+        request.request_id,
+        request.group_id,
+        offsets_partition=partition,
+        node_id=node.node_id,
+        host=node.host,
+        port=node.port,
+    )
+
+
+def list_groups_response(
+    request: Request,
+    groups: Iterable[tuple[str, str | None, str]],
+    loading_partitions: Iterable[int] = (),
+) -> dict[str, Any]:
+    """ListGroups' answer over (group id, protocol type, state name) rows, filters applied.
+
+    Shared by the engine and by the Spark job, which answers from its ``group_state`` table."""
+    states_filter = request.body["states_filter"]
+    types_filter = request.body["types_filter"]
+    wanted_states: set[GroupState | None] | None = None
+    if states_filter:
+        wanted_states = {parse_state_filter(s) for s in states_filter}
+    if types_filter and not any(t.strip().lower() == "classic" for t in types_filter):
+        groups = ()
+    listed = []
+    for group_id, protocol_type, state in groups:
+        if wanted_states is not None and GroupState(state) not in wanted_states:
+            continue
+        listed.append(
+            {
+                "group_id": group_id,
+                "protocol_type": protocol_type or "",
+                "group_state": state,
+                "group_type": "classic",
+            }
+        )
+    # Kafka 3.x: while a partition loads, say so, but list the groups that are loaded.
+    loading = sorted(loading_partitions)
+    error = Error.COORDINATOR_LOAD_IN_PROGRESS if loading else Error.NONE
+    message = f"offsets partitions {loading} are loading" if loading else None
+    return response("list_groups", request.request_id, "", error, message, groups=listed)
 
 
 def on_loaded(ctx: GroupContext, group: ClassicGroup) -> None:

@@ -123,6 +123,8 @@ class StepResult:
     records: list[dict[str, Any]]
     #: When the group next needs a step with no request (its earliest timer), or None.
     next_deadline_ms: int | None
+    #: Engine bugs caught so that one request cannot stop a stream (must stay empty).
+    internal_errors: list[str]
 
 
 def step(
@@ -147,11 +149,15 @@ def step(
 
     responses: list[dict[str, Any]] = []
     records: list[dict[str, Any]] = []
+    internal_errors: list[str] = []
     partition = partition_for(group_id, config.offsets_topic_num_partitions)
     ctx = GroupContext(
         config, now_ms, ids, next_seq, group_id, group, partition, responses, records
     )
-    fire_due_timers(ctx)
+    try:
+        fire_due_timers(ctx)
+    except Exception as exc:  # an engine bug must not take the stream down with it
+        internal_errors.append(f"timers of {group_id!r}: {exc!r}")
     for raw in requests:
         try:
             request = parse(raw)
@@ -167,17 +173,32 @@ def step(
                 )
             )
             continue
+        if request.api not in GROUP_APIS:
+            responses.append(
+                error_response(
+                    request,
+                    Error.INVALID_REQUEST,
+                    f"{request.api} is answered above the groups, not by a group's step",
+                )
+            )
+            continue
         error = precheck(request, config)
         if error is not None:
             responses.append(
                 error_response(request, error, precheck_message(error, request, config))
             )
             continue
-        serve(ctx, request)
+        try:
+            serve(ctx, request)
+        except Exception as exc:  # as in GroupCoordinator.handle
+            internal_errors.append(f"{request.api} {request.request_id!r}: {exc!r}")
+            responses.append(
+                error_response(request, Error.UNKNOWN_SERVER_ERROR, f"internal error: {exc}")
+            )
     if ctx.group is not None:
         ctx.group.timer_seq = counter[0]
         head = ctx.group.next_timer()
         next_deadline = None if head is None else head[0]
     else:
         next_deadline = None
-    return StepResult(ctx.group, responses, records, next_deadline)
+    return StepResult(ctx.group, responses, records, next_deadline, internal_errors)
