@@ -1,0 +1,671 @@
+"""One group's whole live state as one versioned, compact, deterministic blob.
+
+The Spark job keeps each group id's :class:`~coordinator.group.model.ClassicGroup` in its state
+store between micro-batches as one binary value. :func:`encode_group` writes it and
+:func:`decode_group` reads it back: ``decode_group(encode_group(g)) == g`` for every group, timers,
+stale timer-heap entries and every dict's order included, so a step continues from the decoded
+copy exactly as it would have from the original; and equal groups encode to the same bytes (with
+the same zlib: the uncompressed body is canonical, zlib's output may differ between its builds).
+
+Blob layout (version 1)::
+
+    version    unsigned varint (1); decode_group dispatches on it, so a later release can
+               still read this layout after it writes a newer one
+    codec      1 byte: 0 = body stored as is, 1 = body zlib-compressed
+    body       the group (below), compressed when that makes the blob smaller
+    crc        4 bytes, big-endian CRC-32 of everything before it
+
+The body is the fields of each dataclass in declaration order, one writer and one reader per
+dataclass (``_write_member`` / ``_read_member_v1``, ...), built from these primitives:
+
+- ``uint``: unsigned LEB128 varint of up to 2048 bytes (Python ints are unbounded; 14336 bits
+  is more than Python parses from a string); counts and enum codes.
+- ``sint``: zigzag ``uint``; ``opt_sint``: 0 = None, else zigzag + 1.
+- ``time`` / ``opt_time`` (timestamps and deadlines) and ``seq`` (timer sequence numbers): a
+  ``sint`` / ``opt_sint`` of the difference from the previous one of its kind in the blob
+  (from 0 for the first), so that epoch milliseconds take a byte or two, not six.
+- ``text``: a string, interned per blob. A varint header h: odd = the (h >> 1)-th string already
+  in this blob; h & 3 == 2 = a new string of h >> 2 UTF-8 bytes that follow (``surrogatepass``:
+  any ``str`` round-trips); h == 4 = a new string made of the two texts that follow (written
+  for "<prefix>-<a string already in the blob>": a heartbeat timer's key is "heartbeat-" + a
+  member id); h == 0 = None (``opt_text`` only). Member ids recur in timer keys, timer payloads,
+  the heap, the leader and the static mapping: each is spelt out once.
+- ``blob``: bytes, interned the same way in a table of their own (members usually subscribe with
+  identical metadata); odd = reference, h & 3 == 2 = new.
+- ``value``: a tagged value for the fields typed ``Any`` (a parked request's id, a timer's
+  payload): None, bool, int, float, str, bytes, list, tuple and dict, tuple kept apart from list.
+- group states are codes in :data:`_STATES_V1`, independent of the enum's order.
+
+A frozenset (``subscribed_topics``) is written sorted; everything else keeps its order. A
+member is followed by its key in ``members`` as an ``opt_text``: None (one byte) when the key is
+its member id, as it always is in the engine.
+
+The primitives are this module's own rather than :mod:`coordinator.serde`'s: those are Kafka's
+wire rules (varints of at most 32 bits, strings of at most 32767 strict UTF-8 bytes, fixed-width
+integers), while a snapshot must hold any value the engine holds, and compactly.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from collections.abc import Callable
+from typing import Any
+
+from coordinator.group.model import (
+    ClassicGroup,
+    Member,
+    OffsetAndMetadata,
+    ParkedRequest,
+    Timer,
+)
+from coordinator.group.states import GroupState
+
+__all__ = ["SNAPSHOT_VERSION", "SnapshotError", "decode_group", "encode_group"]
+
+SNAPSHOT_VERSION = 1
+"""The layout :func:`encode_group` writes (the blob's first byte)."""
+
+
+class SnapshotError(ValueError):
+    """The bytes are not a group snapshot this release can read (unknown version, corrupt)."""
+
+
+# -- version 1 constants ---------------------------------------------------------------------------
+
+#: Group states by their code in version 1 (the position in this tuple).
+_STATES_V1: tuple[GroupState, ...] = (
+    GroupState.EMPTY,
+    GroupState.PREPARING_REBALANCE,
+    GroupState.COMPLETING_REBALANCE,
+    GroupState.STABLE,
+    GroupState.DEAD,
+)
+_STATE_CODES_V1: dict[GroupState, int] = {state: code for code, state in enumerate(_STATES_V1)}
+
+_CODEC_RAW = 0
+_CODEC_ZLIB = 1
+#: Bodies shorter than this are not worth a compression attempt.
+_COMPRESS_MIN_BYTES = 128
+_ZLIB_LEVEL = 6
+_CRC = struct.Struct(">I")
+#: Integers up to 2048 varint bytes: more digits than Python parses from a string (4300).
+_MAX_VARINT_BITS = 7 * 2048
+
+# Headers of ``text`` and ``blob`` (odd: a reference to an earlier one).
+_H_NONE = 0
+_H_LITERAL = 2  # (length << 2) | 2, the bytes follow
+_H_CONCAT = 4  # a text made of two texts that follow (text only)
+
+# Tags of ``value``.
+_V_NONE = 0
+_V_FALSE = 1
+_V_TRUE = 2
+_V_INT = 3
+_V_FLOAT = 4
+_V_STR = 5
+_V_BYTES = 6
+_V_LIST = 7
+_V_TUPLE = 8
+_V_DICT = 9
+_FLOAT = struct.Struct(">d")
+
+
+# -- primitives ------------------------------------------------------------------------------------
+
+
+class _Out:
+    """Append-only body writer with per-blob string and bytes tables."""
+
+    __slots__ = ("_blobs", "_last_seq", "_last_time", "_texts", "buf")
+
+    def __init__(self) -> None:
+        self.buf = bytearray()
+        self._texts: dict[str, int] = {}
+        self._blobs: dict[bytes, int] = {}
+        self._last_time = 0
+        self._last_seq = 0
+
+    def uint(self, n: int) -> None:
+        if n < 0 or n.bit_length() > _MAX_VARINT_BITS:
+            raise ValueError(f"integer out of a snapshot's range ({n.bit_length()} bits)")
+        buf = self.buf
+        while n > 0x7F:
+            buf.append((n & 0x7F) | 0x80)
+            n >>= 7
+        buf.append(n)
+
+    def sint(self, n: int) -> None:
+        self.uint(n << 1 if n >= 0 else ((-n) << 1) - 1)
+
+    def opt_sint(self, n: int | None) -> None:
+        if n is None:
+            self.buf.append(0)
+        else:
+            self.uint((n << 1 if n >= 0 else ((-n) << 1) - 1) + 1)
+
+    def time(self, ms: int) -> None:
+        self.sint(ms - self._last_time)
+        self._last_time = ms
+
+    def opt_time(self, ms: int | None) -> None:
+        if ms is None:
+            self.buf.append(0)
+        else:
+            self.opt_sint(ms - self._last_time)
+            self._last_time = ms
+
+    def seq(self, n: int) -> None:
+        self.sint(n - self._last_seq)
+        self._last_seq = n
+
+    def flag(self, b: bool) -> None:
+        self.buf.append(1 if b else 0)
+
+    def text(self, s: str) -> None:
+        texts = self._texts
+        index = texts.get(s)
+        if index is not None:
+            self.uint((index << 1) | 1)
+            return
+        cut = s.find("-") + 1
+        if 0 < cut < len(s) and s[cut:] in texts:  # "heartbeat-" + a member id seen before
+            self.buf.append(_H_CONCAT)
+            self.text(s[:cut])
+            self.text(s[cut:])
+        else:
+            data = s.encode("utf-8", "surrogatepass")
+            self.uint((len(data) << 2) | _H_LITERAL)
+            self.buf += data
+        texts[s] = len(texts)
+
+    def opt_text(self, s: str | None) -> None:
+        if s is None:
+            self.buf.append(0)
+        else:
+            self.text(s)
+
+    def blob(self, b: bytes) -> None:
+        index = self._blobs.get(b)
+        if index is not None:
+            self.uint((index << 1) | 1)
+            return
+        self._blobs[b] = len(self._blobs)
+        self.uint((len(b) << 2) | _H_LITERAL)
+        self.buf += b
+
+    def value(self, v: Any) -> None:
+        """A tagged value; raises TypeError for a type outside the list in the module doc."""
+        buf = self.buf
+        if v is None:
+            buf.append(_V_NONE)
+        elif v is True:
+            buf.append(_V_TRUE)
+        elif v is False:
+            buf.append(_V_FALSE)
+        elif isinstance(v, int):
+            buf.append(_V_INT)
+            self.sint(v)
+        elif isinstance(v, float):
+            buf.append(_V_FLOAT)
+            buf += _FLOAT.pack(v)
+        elif isinstance(v, str):
+            buf.append(_V_STR)
+            self.text(v)
+        elif isinstance(v, bytes):
+            buf.append(_V_BYTES)
+            self.blob(v)
+        elif isinstance(v, (list, tuple)):
+            buf.append(_V_TUPLE if isinstance(v, tuple) else _V_LIST)
+            self.uint(len(v))
+            for item in v:
+                self.value(item)
+        elif isinstance(v, dict):
+            buf.append(_V_DICT)
+            self.uint(len(v))
+            for key, item in v.items():
+                self.value(key)
+                self.value(item)
+        else:
+            raise TypeError(f"cannot snapshot a value of type {type(v).__name__}: {v!r}")
+
+
+class _In:
+    """Cursor over a body; every malformed read raises SnapshotError."""
+
+    __slots__ = ("_blobs", "_data", "_last_seq", "_last_time", "_pos", "_texts")
+
+    def __init__(self, data: bytes) -> None:
+        self._data = data
+        self._pos = 0
+        self._texts: list[str] = []
+        self._blobs: list[bytes] = []
+        self._last_time = 0
+        self._last_seq = 0
+
+    @property
+    def position(self) -> int:
+        return self._pos
+
+    def remaining(self) -> int:
+        return len(self._data) - self._pos
+
+    def _take(self, n: int) -> bytes:
+        pos = self._pos
+        end = pos + n
+        if end > len(self._data):
+            raise SnapshotError(f"truncated snapshot: {n} bytes wanted at offset {pos}")
+        self._pos = end
+        return self._data[pos:end]
+
+    def uint(self) -> int:
+        pos = self._pos
+        try:
+            b = self._data[pos]
+        except IndexError:
+            raise SnapshotError(f"truncated snapshot: varint wanted at offset {pos}") from None
+        if b < 0x80:  # the common case: one byte
+            self._pos = pos + 1
+            return b
+        data = self._data
+        value = 0
+        shift = 0
+        while True:
+            if pos >= len(data):
+                raise SnapshotError(f"truncated snapshot: varint cut at offset {pos}")
+            b = data[pos]
+            pos += 1
+            value |= (b & 0x7F) << shift
+            if b < 0x80:
+                break
+            shift += 7
+            if shift >= _MAX_VARINT_BITS:
+                raise SnapshotError(f"corrupt snapshot: varint too long at offset {self._pos}")
+        self._pos = pos
+        return value
+
+    def count(self) -> int:
+        """A count of items that each take at least one byte."""
+        n = self.uint()
+        if n > self.remaining():
+            raise SnapshotError(f"corrupt snapshot: {n} items cannot fit in the bytes left")
+        return n
+
+    def sint(self) -> int:
+        z = self.uint()
+        return -((z + 1) >> 1) if z & 1 else z >> 1
+
+    def opt_sint(self) -> int | None:
+        z = self.uint()
+        if z == 0:
+            return None
+        z -= 1
+        return -((z + 1) >> 1) if z & 1 else z >> 1
+
+    def time(self) -> int:
+        self._last_time += self.sint()
+        return self._last_time
+
+    def opt_time(self) -> int | None:
+        delta = self.opt_sint()
+        if delta is None:
+            return None
+        self._last_time += delta
+        return self._last_time
+
+    def seq(self) -> int:
+        self._last_seq += self.sint()
+        return self._last_seq
+
+    def flag(self) -> bool:
+        b = self.uint()
+        if b > 1:
+            raise SnapshotError(f"corrupt snapshot: boolean byte {b}")
+        return b == 1
+
+    def opt_text(self) -> str | None:
+        h = self.uint()
+        if h & 1:
+            index = h >> 1
+            if index >= len(self._texts):
+                raise SnapshotError(f"corrupt snapshot: string reference {index}")
+            return self._texts[index]
+        if h & 3 == _H_LITERAL:
+            try:
+                s = self._take(h >> 2).decode("utf-8", "surrogatepass")
+            except UnicodeDecodeError as exc:
+                raise SnapshotError(f"corrupt snapshot: {exc}") from exc
+        elif h == _H_CONCAT:
+            s = self.text()
+            s += self.text()
+        elif h == _H_NONE:
+            return None
+        else:
+            raise SnapshotError(f"corrupt snapshot: string header {h}")
+        self._texts.append(s)
+        return s
+
+    def text(self) -> str:
+        s = self.opt_text()
+        if s is None:
+            raise SnapshotError("corrupt snapshot: null where a string is required")
+        return s
+
+    def blob(self) -> bytes:
+        h = self.uint()
+        if h & 1:
+            index = h >> 1
+            if index >= len(self._blobs):
+                raise SnapshotError(f"corrupt snapshot: bytes reference {index}")
+            return self._blobs[index]
+        if h & 3 != _H_LITERAL:
+            raise SnapshotError(f"corrupt snapshot: bytes header {h}")
+        b = self._take(h >> 2)
+        self._blobs.append(b)
+        return b
+
+    def value(self) -> Any:
+        tag = self.uint()
+        if tag == _V_NONE:
+            return None
+        if tag == _V_FALSE:
+            return False
+        if tag == _V_TRUE:
+            return True
+        if tag == _V_INT:
+            return self.sint()
+        if tag == _V_FLOAT:
+            (f,) = _FLOAT.unpack(self._take(_FLOAT.size))
+            return f
+        if tag == _V_STR:
+            return self.text()
+        if tag == _V_BYTES:
+            return self.blob()
+        if tag in (_V_LIST, _V_TUPLE):
+            items = [self.value() for _ in range(self.count())]
+            return tuple(items) if tag == _V_TUPLE else items
+        if tag == _V_DICT:
+            n = self.count()
+            out: dict[Any, Any] = {}
+            for _ in range(n):
+                key = self.value()
+                out[key] = self.value()
+            return out
+        raise SnapshotError(f"corrupt snapshot: unknown value tag {tag}")
+
+
+# -- version 1: one writer and one reader per dataclass --------------------------------------------
+#
+# The writers write the newest layout (SNAPSHOT_VERSION). To change it: bump SNAPSHOT_VERSION,
+# change the writers, add ``_read_*_v2`` readers and a ``_decode_v2`` in ``_DECODERS``, and keep
+# every ``_read_*_v1`` (with the primitives they use) so that older checkpoints still load.
+
+
+def _write_parked(out: _Out, parked: ParkedRequest) -> None:
+    out.value(parked.request_id)
+    out.sint(parked.api_version)
+
+
+def _read_parked_v1(inp: _In) -> ParkedRequest:
+    return ParkedRequest(request_id=inp.value(), api_version=inp.sint())
+
+
+def _write_member(out: _Out, member: Member) -> None:
+    out.text(member.member_id)
+    out.opt_text(member.group_instance_id)
+    out.text(member.client_id)
+    out.text(member.client_host)
+    out.sint(member.rebalance_timeout_ms)
+    out.sint(member.session_timeout_ms)
+    out.text(member.protocol_type)
+    out.uint(len(member.protocols))
+    for name, metadata in member.protocols:
+        out.text(name)
+        out.blob(metadata)
+    out.blob(member.assignment)
+    out.flag(member.is_new)
+    out.uint(len(member.awaiting_join))
+    for parked in member.awaiting_join:
+        _write_parked(out, parked)
+    out.uint(len(member.awaiting_sync))
+    for parked in member.awaiting_sync:
+        _write_parked(out, parked)
+
+
+def _read_member_v1(inp: _In) -> Member:
+    return Member(
+        member_id=inp.text(),
+        group_instance_id=inp.opt_text(),
+        client_id=inp.text(),
+        client_host=inp.text(),
+        rebalance_timeout_ms=inp.sint(),
+        session_timeout_ms=inp.sint(),
+        protocol_type=inp.text(),
+        protocols=[(inp.text(), inp.blob()) for _ in range(inp.count())],
+        assignment=inp.blob(),
+        is_new=inp.flag(),
+        awaiting_join=[_read_parked_v1(inp) for _ in range(inp.count())],
+        awaiting_sync=[_read_parked_v1(inp) for _ in range(inp.count())],
+    )
+
+
+def _write_offset(out: _Out, offset: OffsetAndMetadata) -> None:
+    out.sint(offset.committed_offset)
+    out.opt_sint(offset.leader_epoch)
+    out.text(offset.metadata)
+    out.time(offset.commit_timestamp_ms)
+    out.opt_time(offset.expire_timestamp_ms)
+
+
+def _read_offset_v1(inp: _In) -> OffsetAndMetadata:
+    return OffsetAndMetadata(
+        committed_offset=inp.sint(),
+        leader_epoch=inp.opt_sint(),
+        metadata=inp.text(),
+        commit_timestamp_ms=inp.time(),
+        expire_timestamp_ms=inp.opt_time(),
+    )
+
+
+def _write_timer(out: _Out, timer: Timer) -> None:
+    out.time(timer.deadline_ms)
+    out.seq(timer.seq)
+    out.text(timer.kind)
+    out.value(timer.payload)
+
+
+def _read_timer_v1(inp: _In) -> Timer:
+    return Timer(deadline_ms=inp.time(), seq=inp.seq(), kind=inp.text(), payload=inp.value())
+
+
+def _write_state(out: _Out, state: GroupState) -> None:
+    out.uint(_STATE_CODES_V1[state])
+
+
+def _read_state_v1(inp: _In) -> GroupState:
+    code = inp.uint()
+    if code >= len(_STATES_V1):
+        raise SnapshotError(f"corrupt snapshot: unknown group state code {code}")
+    return _STATES_V1[code]
+
+
+def _write_group(out: _Out, group: ClassicGroup) -> None:
+    out.text(group.group_id)
+    out.opt_time(group.current_state_timestamp_ms)
+    _write_state(out, group.state)
+    _write_state(out, group.previous_state)
+    out.sint(group.generation_id)
+    out.opt_text(group.protocol_type)
+    out.opt_text(group.protocol_name)
+    out.opt_text(group.leader_id)
+    out.uint(len(group.members))
+    for key, member in group.members.items():
+        _write_member(out, member)
+        # The key is the member's id in every group the engine builds: say so in one byte.
+        out.opt_text(None if key == member.member_id else key)
+    out.uint(len(group.static_members))
+    for instance_id, member_id in group.static_members.items():
+        out.text(instance_id)
+        out.text(member_id)
+    out.uint(len(group.pending_members))
+    for member_id in group.pending_members:
+        out.text(member_id)
+    out.uint(len(group.pending_sync_members))
+    for member_id in group.pending_sync_members:
+        out.text(member_id)
+    out.sint(group.num_awaiting_join)
+    out.uint(len(group.supported_protocols))
+    for name, count in group.supported_protocols.items():
+        out.text(name)
+        out.sint(count)
+    if group.subscribed_topics is None:
+        out.uint(0)
+    else:
+        out.uint(len(group.subscribed_topics) + 1)
+        for topic in sorted(group.subscribed_topics):
+            out.text(topic)
+    out.flag(group.new_member_added)
+    out.uint(len(group.offsets))
+    for (topic, partition), offset in group.offsets.items():
+        out.text(topic)
+        out.sint(partition)
+        _write_offset(out, offset)
+    out.uint(len(group.timers))
+    for key, timer in group.timers.items():
+        out.text(key)
+        _write_timer(out, timer)
+    out.uint(len(group.timer_heap))
+    for deadline_ms, seq, key in group.timer_heap:
+        out.time(deadline_ms)
+        out.seq(seq)
+        out.text(key)
+    out.seq(group.timer_seq)
+
+
+def _read_members_v1(inp: _In) -> dict[str, Member]:
+    members: dict[str, Member] = {}
+    for _ in range(inp.count()):
+        member = _read_member_v1(inp)
+        key = inp.opt_text()
+        members[member.member_id if key is None else key] = member
+    return members
+
+
+def _read_subscribed_topics_v1(inp: _In) -> frozenset[str] | None:
+    n = inp.uint()
+    if n == 0:
+        return None
+    if n - 1 > inp.remaining():
+        raise SnapshotError(f"corrupt snapshot: {n - 1} topics cannot fit in the bytes left")
+    return frozenset(inp.text() for _ in range(n - 1))
+
+
+def _read_group_v1(inp: _In) -> ClassicGroup:
+    return ClassicGroup(
+        group_id=inp.text(),
+        current_state_timestamp_ms=inp.opt_time(),
+        state=_read_state_v1(inp),
+        previous_state=_read_state_v1(inp),
+        generation_id=inp.sint(),
+        protocol_type=inp.opt_text(),
+        protocol_name=inp.opt_text(),
+        leader_id=inp.opt_text(),
+        members=_read_members_v1(inp),
+        static_members={inp.text(): inp.text() for _ in range(inp.count())},
+        pending_members={inp.text(): None for _ in range(inp.count())},
+        pending_sync_members={inp.text(): None for _ in range(inp.count())},
+        num_awaiting_join=inp.sint(),
+        supported_protocols={inp.text(): inp.sint() for _ in range(inp.count())},
+        subscribed_topics=_read_subscribed_topics_v1(inp),
+        new_member_added=inp.flag(),
+        offsets={(inp.text(), inp.sint()): _read_offset_v1(inp) for _ in range(inp.count())},
+        timers={inp.text(): _read_timer_v1(inp) for _ in range(inp.count())},
+        timer_heap=[(inp.time(), inp.seq(), inp.text()) for _ in range(inp.count())],
+        timer_seq=inp.seq(),
+    )
+
+
+# -- framing ---------------------------------------------------------------------------------------
+
+
+def _version_prefix(version: int) -> bytes:
+    out = _Out()
+    out.uint(version)
+    return bytes(out.buf)
+
+
+def encode_group(group: ClassicGroup) -> bytes:
+    """The group as a version-:data:`SNAPSHOT_VERSION` blob (deterministic).
+
+    Raises TypeError if a parked request id or a timer payload is of a type a snapshot cannot
+    hold (see the module doc; the engine only ever puts str, int, None and tuples of ints there),
+    ValueError for an integer of 14336 bits or more.
+    """
+    out = _Out()
+    _write_group(out, group)
+    body = bytes(out.buf)
+    codec = _CODEC_RAW
+    if len(body) >= _COMPRESS_MIN_BYTES:
+        packed = zlib.compress(body, _ZLIB_LEVEL)
+        if len(packed) < len(body):
+            codec, body = _CODEC_ZLIB, packed
+    head = _version_prefix(SNAPSHOT_VERSION) + bytes((codec,))
+    return head + body + _CRC.pack(zlib.crc32(body, zlib.crc32(head)))
+
+
+def _decode_v1(blob: bytes, pos: int) -> ClassicGroup:
+    """Version 1: ``codec`` byte, body, CRC-32 (``pos`` is just past the version)."""
+    if len(blob) < pos + 1 + _CRC.size:
+        raise SnapshotError(f"truncated snapshot: {len(blob)} bytes")
+    (crc,) = _CRC.unpack_from(blob, len(blob) - _CRC.size)
+    if zlib.crc32(memoryview(blob)[: len(blob) - _CRC.size]) != crc:
+        raise SnapshotError("corrupt snapshot: CRC-32 mismatch (truncated or damaged)")
+    codec = blob[pos]
+    body = blob[pos + 1 : len(blob) - _CRC.size]
+    if codec == _CODEC_ZLIB:
+        inflater = zlib.decompressobj()
+        try:
+            body = inflater.decompress(body)
+        except zlib.error as exc:
+            raise SnapshotError(f"corrupt snapshot: {exc}") from exc
+        if not inflater.eof or inflater.unused_data:
+            raise SnapshotError(
+                "corrupt snapshot: the compressed body does not end where it should"
+            )
+    elif codec != _CODEC_RAW:
+        raise SnapshotError(f"corrupt snapshot: unknown codec {codec}")
+    inp = _In(body)
+    group = _read_group_v1(inp)
+    if inp.remaining():
+        raise SnapshotError("corrupt snapshot: bytes left over after the group")
+    return group
+
+
+#: Every layout this release reads: version -> reader of what follows the version number.
+_DECODERS: dict[int, Callable[[bytes, int], ClassicGroup]] = {
+    1: _decode_v1,
+}
+
+
+def decode_group(blob: bytes) -> ClassicGroup:
+    """The group in a blob from :func:`encode_group` of this or an earlier release.
+
+    Raises :class:`SnapshotError`, and nothing else, for an unknown version or corrupt bytes.
+    """
+    try:
+        data = bytes(blob)
+        if not data:
+            raise SnapshotError("empty snapshot")
+        version_reader = _In(data)
+        version = version_reader.uint()
+        decoder = _DECODERS.get(version)
+        if decoder is None:
+            raise SnapshotError(
+                f"unknown snapshot version {version} (this release reads versions "
+                f"{', '.join(map(str, sorted(_DECODERS)))})"
+            )
+        return decoder(data, version_reader.position)
+    except SnapshotError:
+        raise
+    except Exception as exc:  # a backstop: whatever else malformed bytes trip over
+        raise SnapshotError(f"corrupt snapshot: {type(exc).__name__}: {exc}") from exc
