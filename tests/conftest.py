@@ -1,9 +1,13 @@
-"""Shared test settings: Hypothesis profiles (``HYPOTHESIS_PROFILE=ci`` in CI)."""
+"""Shared test settings: Hypothesis profiles (``HYPOTHESIS_PROFILE=ci`` in CI) and the one
+SparkSession of the run."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 settings.register_profile("dev", max_examples=60, deadline=None)
@@ -16,3 +20,14 @@ settings.register_profile(
 )
 settings.register_profile("long", max_examples=5_000, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """The one SparkSession of the test run (local[2], the job's settings from conf/)."""
+    from coordinator.stream import job
+    from coordinator.stream.settings import load_settings
+
+    session = job.spark_session(load_settings([], shards=2))
+    yield session
+    session.stop()

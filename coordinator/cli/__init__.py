@@ -10,7 +10,7 @@ from coordinator import __version__
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from coordinator.cli import bench, replay
+    from coordinator.cli import bench, replay, run, status, submit
 
     parser = argparse.ArgumentParser(
         prog="coordinator",
@@ -20,6 +20,9 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     replay.add_parser(subparsers)
     bench.add_parser(subparsers)
+    run.add_parser(subparsers)
+    submit.add_parser(subparsers)
+    status.add_parser(subparsers)
     return parser
 
 

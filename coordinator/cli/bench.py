@@ -39,6 +39,34 @@ def add_parser(subparsers: Any) -> None:
     group.add_argument("--assignor", default="cooperative-sticky")
     group.add_argument("--json", action="store_true", help="print one JSON object")
     group.set_defaults(run=run_group)
+    stream = kinds.add_parser(
+        "stream",
+        help="heartbeat round trips through the Spark job, against a floor pipeline",
+    )
+    stream.add_argument("--groups", type=int, help="groups (default 10; --quick 3)")
+    stream.add_argument("--members", type=int, help="members per group (default 10; --quick 2)")
+    stream.add_argument(
+        "--heartbeat-ms",
+        type=int,
+        default=3000,
+        help="each member's heartbeat interval; 0 = as soon as the last one is answered",
+    )
+    stream.add_argument("--seconds", type=float, help="measured time after the warm-up (60)")
+    stream.add_argument("--warmup", type=float, help="seconds of load before measuring (10)")
+    stream.add_argument(
+        "--modes", default="group,shard,floor", help="any of group, shard, floor (in run order)"
+    )
+    stream.add_argument(
+        "--trigger-interval", type=int, metavar="MS", help="job.trigger.interval.ms"
+    )
+    stream.add_argument("--shards", type=int, help="job.shards (Spark shuffle partitions)")
+    stream.add_argument("--probes", type=int, default=10, help="session-expiry probe groups")
+    stream.add_argument(
+        "--warehouse", metavar="DIR", help="keep each mode's warehouse under DIR (default: temp)"
+    )
+    stream.add_argument("--json", action="store_true", help="print one JSON object")
+    stream.add_argument("--quick", action="store_true", help="a tiny run (for smoke tests)")
+    stream.set_defaults(run=run_stream)
 
 
 def _join(group: str, rid: int, member_id: str = "") -> dict[str, Any]:
@@ -325,4 +353,31 @@ def run_group(args: argparse.Namespace) -> int:
         f"simulated ms (Kafka's 3 s initial delay included), {figures['wall_s']} s of wall time, "
         f"{figures['requests']:,} requests"
     )
+    return 0
+
+
+def run_stream(args: argparse.Namespace) -> int:
+    from coordinator.stream.bench import StreamBenchOptions, format_report, stderr, stream_bench
+
+    chosen = {
+        "groups": args.groups,
+        "members": args.members,
+        "heartbeat_ms": args.heartbeat_ms,
+        "seconds": args.seconds,
+        "warmup_seconds": args.warmup,
+        "modes": tuple(m.strip() for m in args.modes.split(",") if m.strip()),
+        "trigger_interval_ms": args.trigger_interval,
+        "shards": args.shards,
+        "probes": args.probes,
+        "warehouse": args.warehouse,
+    }
+    if args.quick:
+        options = StreamBenchOptions.quick(**chosen)
+    else:
+        options = StreamBenchOptions(**{k: v for k, v in chosen.items() if v is not None})
+    figures = stream_bench(options, say=stderr)
+    if args.json:
+        print(json.dumps(figures))
+        return 0
+    print(format_report(figures))
     return 0

@@ -1,0 +1,107 @@
+"""``coordinator run``: the coordinator as a Spark Structured Streaming job, started locally.
+
+The same job as ``spark-submit jobs/coordinator_job.py``: requests dropped as JSON-lines files
+into ``<warehouse>/inbox`` are answered into the Delta table ``<warehouse>/tables/responses``;
+``consumer_offsets`` is the log (Kafka's ``__consumer_offsets``) and ``group_state`` the current
+state of every group. Embedded default: ``local[<shards>]``, delta-rs, ``./warehouse``.
+
+Settings: ``conf/`` (Kafka's names in coordinator.properties, job.properties,
+spark-defaults.conf), then each ``--conf FILE`` (``spark.*`` keys go to Spark, ``job.*`` to the
+job, the rest are coordinator settings), then ``--set`` and the options below.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from typing import Any
+
+
+def add_job_options(parser: argparse.ArgumentParser) -> None:
+    """The options ``coordinator run`` and ``jobs/coordinator_job.py`` share."""
+    parser.add_argument(
+        "--warehouse", metavar="DIR", help="tables, inbox and checkpoint beneath it"
+    )
+    parser.add_argument("--inbox", metavar="DIR", help="request files (default <warehouse>/inbox)")
+    parser.add_argument("--checkpoint", metavar="DIR", help="Spark checkpoint directory")
+    parser.add_argument(
+        "--trigger-interval", type=int, metavar="MS", help="micro-batch trigger, milliseconds"
+    )
+    parser.add_argument(
+        "--shards", type=int, metavar="N", help="shuffle partitions (fixed per checkpoint)"
+    )
+    parser.add_argument(
+        "--state-key",
+        choices=("group", "shard"),
+        help="key the state by group id or by offsets partition (fixed per checkpoint)",
+    )
+    parser.add_argument("--master", help="Spark master (default local[<shards>])")
+    parser.add_argument(
+        "--conf", action="append", metavar="FILE", help="settings file (.properties); repeatable"
+    )
+    parser.add_argument(
+        "--set", action="append", metavar="KEY=VALUE", default=[], help="override one setting"
+    )
+    parser.add_argument(
+        "--stop-when-idle",
+        type=float,
+        metavar="SECONDS",
+        help="stop after this long with no request in and nothing out",
+    )
+    parser.add_argument("--quiet", action="store_true", help="no per-batch log lines")
+
+
+def settings_from(args: argparse.Namespace) -> Any:
+    """Settings from ``conf/``, the ``--conf`` files, ``--set`` and the options."""
+    import tempfile
+
+    from coordinator.stream.settings import load_settings
+
+    conf_files = list(args.conf or [])
+    if args.set:
+        # --set pairs are one more settings file, read last.
+        with tempfile.NamedTemporaryFile("w", suffix=".properties", delete=False) as extra:
+            for item in args.set:
+                if "=" not in item:
+                    raise ValueError(f"--set expects key=value, got {item!r}")
+                extra.write(item + "\n")
+        conf_files.append(extra.name)
+    return load_settings(
+        conf_files,
+        warehouse=args.warehouse,
+        inbox=args.inbox,
+        checkpoint=args.checkpoint,
+        trigger_interval_ms=args.trigger_interval,
+        shards=args.shards,
+        state_key=args.state_key,
+        stop_when_idle_s=args.stop_when_idle,
+    )
+
+
+def configure_logging(quiet: bool) -> None:
+    logging.basicConfig(
+        level=logging.WARNING if quiet else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+
+
+def add_parser(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "run",
+        help="run the coordinator as a Spark Structured Streaming job",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_job_options(parser)
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from coordinator.stream import job
+
+    configure_logging(args.quiet)
+    settings = settings_from(args)
+    return job.run(settings, args.master)

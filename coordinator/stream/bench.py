@@ -1,0 +1,1021 @@
+"""``coordinator bench stream``: heartbeat round trips through the Spark job, against a floor.
+
+For each mode (``group`` and ``shard``: the job keyed by group id or by offsets partition;
+``floor``: the same inbox source and Delta sink around a state function that answers every line
+NONE and decides nothing) this module starts the query on one shared SparkSession with a fresh
+warehouse and checkpoint, forms G groups of M members with raw requests, then drives the load:
+
+- a driver thread drops one inbox file per tick holding the heartbeats that are due (each member
+  every H ms, phases spread at random over the interval; with H = 0 each member sends its next
+  heartbeat as soon as the previous one is answered, which measures capacity) and records when
+  each file was renamed into the inbox;
+- a reader thread follows the ``responses`` table (:class:`ResponseReader`) and records when each
+  response became readable: latency = readable - landed;
+- probes (job modes only): a few one-member groups with a short session, formed, heartbeating
+  once, then silent, over and over. Their session deadline is the batch time of their last
+  heartbeat (``emitted_at_ms``) + the session timeout; the expiry is the ``group_metadata``
+  record with no members that the timer writes to ``consumer_offsets``: its ``timestamp_ms`` is
+  the batch that fired it, and the time the reader first saw it is when it became readable.
+
+Figures come from the requests themselves, ``query.recentProgress`` (batch durations) and the
+sink's ``after_write`` hook; nothing here changes what the job does. Absolute times on a shared
+2-core box are noisy: the ratios to the floor, measured in the same run, are the figures to read.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from itertools import pairwise
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote
+
+import pyarrow.parquet as pq
+
+from coordinator.stream import job, operator
+from coordinator.stream.client import Inbox, ResponseReader, StreamClient
+from coordinator.stream.schema import CONSUMER_OFFSETS, RESPONSES, Warehouse
+from coordinator.stream.settings import Settings, checkpoint_identity, load_settings
+from coordinator.stream.sink import DeltaSink, Housekeeping
+
+GROUP = operator.GROUP_KEY
+SHARD = operator.SHARD_KEY
+FLOOR = "floor"
+MODES = (GROUP, SHARD, FLOOR)
+
+#: The issue's goals, as ratios of a job mode's figure to the floor's.
+GOALS = {"latency_p50": ("<=", 1.2), "latency_p99": ("<=", 1.5), "throughput": (">=", 0.7)}
+
+#: Coordinator settings for the run: no initial rebalance delay (groups form in a batch or two).
+COORDINATOR_SETTINGS = {"group.initial.rebalance.delay.ms": "0"}
+
+#: A backlog "grows" when outstanding requests rise faster than this share of the offered rate
+#: per second (at 5 %, a minute's run ends three seconds of load behind).
+GROWTH_SHARE = 0.05
+
+
+@dataclass(frozen=True)
+class StreamBenchOptions:
+    groups: int = 10
+    members: int = 10
+    #: Each member's heartbeat interval; 0 = closed loop (next heartbeat once answered).
+    heartbeat_ms: int = 3000
+    #: The measured window, after the warm-up.
+    seconds: float = 60.0
+    warmup_seconds: float = 10.0
+    #: How long to wait after the window for the last answers (and probe expiries).
+    drain_seconds: float = 20.0
+    modes: tuple[str, ...] = MODES
+    #: None: the job's settings (``conf/job.properties``).
+    trigger_interval_ms: int | None = None
+    shards: int | None = None
+    #: One inbox file per tick at most.
+    tick_ms: int = 100
+    poll_ms: int = 20
+    session_timeout_ms: int = 30_000
+    rebalance_timeout_ms: int = 60_000
+    #: Probe groups (one member each, up to one per measured group) and their session.
+    probes: int = 10
+    probe_session_timeout_ms: int = 6_000
+    #: None: a temporary directory, removed afterwards; else a new ``bench-<time>`` under it.
+    warehouse: str | None = None
+    seed: int = 7
+
+    def __post_init__(self) -> None:
+        unknown = [m for m in self.modes if m not in MODES]
+        if unknown or not self.modes:
+            raise ValueError(f"modes are {', '.join(MODES)}; got {', '.join(self.modes) or '-'}")
+        if self.groups < 1 or self.members < 1:
+            raise ValueError("--groups and --members must be >= 1")
+        if self.heartbeat_ms < 0 or self.seconds <= 0 or self.tick_ms < 1:
+            raise ValueError("--heartbeat-ms >= 0, --seconds > 0 and a tick >= 1 ms are needed")
+
+    @classmethod
+    def quick(cls, **changes: Any) -> StreamBenchOptions:
+        """A smoke-sized run: 3 groups x 2 members, 15 s measured."""
+        values: dict[str, Any] = {
+            "groups": 3,
+            "members": 2,
+            "seconds": 15.0,
+            "warmup_seconds": 5.0,
+            "drain_seconds": 15.0,
+        }
+        values.update({k: v for k, v in changes.items() if v is not None})
+        return cls(**values)
+
+    @property
+    def offered_per_s(self) -> float | None:
+        if self.heartbeat_ms == 0:
+            return None
+        return self.groups * self.members * 1000.0 / self.heartbeat_ms
+
+
+# --- the floor pipeline -----------------------------------------------------------------------
+
+#: The floor's timer: the job's timeout mode (no-data batches on every trigger) without firing.
+FLOOR_TIMEOUT_MS = 600_000
+
+
+def floor_function(key: tuple[Any, ...], frames: Iterator[Any], state: Any) -> Iterator[Any]:
+    """The floor's ``applyInPandasWithState`` function: every line answered NONE, in the job's
+    output schema; the state is a placeholder holding a timer, so that Spark runs the floor with
+    the job's timeout mode (and so its no-data batches)."""
+    if state.hasTimedOut:
+        state.remove()
+        return
+    now = state.getCurrentProcessingTimeMs()
+    group_id = key[0]
+    rows: list[tuple[Any, ...]] = []
+    for frame in frames:
+        for value in frame["value"].tolist():
+            raw = json.loads(value)
+            body = {
+                "api": raw.get("api"),
+                "request_id": raw.get("request_id"),
+                "group_id": group_id,
+                "error_code": 0,
+                "error": None,
+            }
+            rows.append(
+                (operator.RESPONSE, group_id, len(rows), 0, None, None, now, json.dumps(body))
+            )
+    state.update((b"",))
+    state.setTimeoutDuration(FLOOR_TIMEOUT_MS)
+    if rows:
+        import pandas as pd
+
+        yield pd.DataFrame.from_records(rows, columns=operator.OUTPUT_COLUMNS)
+
+
+def start_floor(
+    spark: Any, settings: Settings, after_write: Callable[[job.BatchFigures], None] | None = None
+) -> job.RunningJob:
+    """The floor query: ``job.inbox_stream`` -> the floor function keyed by group id, with the
+    job's timeout mode -> the job's ``BatchSink`` on a ``DeltaSink``, the same trigger and
+    progress listener as ``job.start``."""
+    from pyspark.sql.streaming.state import GroupStateTimeout
+
+    identity = checkpoint_identity(settings)
+    config = settings.job
+    sink = job.BatchSink(
+        DeltaSink(
+            config.paths.tables,
+            identity.app_id,
+            Housekeeping(
+                compact_every_batches=config.compact_every_batches,
+                checkpoint_every_batches=config.checkpoint_every_batches,
+                vacuum_every_batches=config.vacuum_every_batches,
+                vacuum_retention_hours=config.vacuum_retention_hours,
+            ),
+        ),
+        after_write,
+    )
+    job.warm_up(spark, config.shards)
+    listener = job.progress_listener(sink, config.paths)
+    spark.streams.addListener(listener)
+    query = (
+        job.inbox_stream(spark, settings)
+        .groupBy("group_id")
+        .applyInPandasWithState(
+            floor_function,
+            operator.OUTPUT_DDL,
+            operator.STATE_DDL,
+            "Update",
+            GroupStateTimeout.ProcessingTimeTimeout,
+        )
+        .writeStream.queryName(f"{job.QUERY_NAME}-floor")
+        .outputMode("update")
+        .foreachBatch(sink)
+        .option("checkpointLocation", str(config.paths.checkpoint))
+        .trigger(processingTime=f"{config.trigger_interval_ms} milliseconds")
+        .start()
+    )
+    return job.RunningJob(query, sink, settings, listener)
+
+
+# --- requests ---------------------------------------------------------------------------------
+
+
+def _join(
+    request_id: str, group_id: str, member_id: str, session_ms: int, rebalance_ms: int
+) -> dict[str, Any]:
+    return {
+        "api": "join_group",
+        "request_id": request_id,
+        "group_id": group_id,
+        "member_id": member_id,
+        "client_id": "bench",
+        "session_timeout_ms": session_ms,
+        "rebalance_timeout_ms": rebalance_ms,
+        "protocol_type": "consumer",
+        "protocols": [{"name": "range", "metadata": b""}],
+    }
+
+
+def _sync(
+    request_id: str, group_id: str, member_id: str, generation: int, assign_to: Sequence[str]
+) -> dict[str, Any]:
+    return {
+        "api": "sync_group",
+        "request_id": request_id,
+        "group_id": group_id,
+        "member_id": member_id,
+        "generation_id": generation,
+        "protocol_type": "consumer",
+        "protocol_name": "range",
+        "assignments": [{"member_id": m, "assignment": b""} for m in assign_to],
+    }
+
+
+def _heartbeat(request_id: str, group_id: str, member_id: str, generation: int) -> dict[str, Any]:
+    return {
+        "api": "heartbeat",
+        "request_id": request_id,
+        "group_id": group_id,
+        "member_id": member_id,
+        "generation_id": generation,
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    group_id: str
+    member_id: str
+    generation: int
+
+
+def group_ids(count: int) -> list[str]:
+    return [f"bench-{i:05d}" for i in range(count)]
+
+
+def form_groups(
+    client: StreamClient,
+    groups: Sequence[str],
+    members: int,
+    session_ms: int,
+    rebalance_ms: int,
+    timeout_s: float,
+) -> list[Member]:
+    """Stable groups through the inbox: join without an id (MEMBER_ID_REQUIRED), join with it,
+    then the leader's sync (everyone gets an empty assignment) and the followers'. One file per
+    round, for all groups."""
+
+    def answers(requests: list[dict[str, Any]], expect: int | None) -> list[dict[str, Any]]:
+        got = client.requests(requests, timeout_s=timeout_s)
+        bad = [a for a in got if expect is not None and a["error_code"] != expect]
+        if bad:
+            raise RuntimeError(f"forming groups: {len(bad)} unexpected answers, e.g. {bad[0]}")
+        return got
+
+    slots = [(g, k) for g in groups for k in range(members)]
+    first = answers(
+        [_join(f"f0.{g}.{k}", g, "", session_ms, rebalance_ms) for g, k in slots], 79
+    )  # MEMBER_ID_REQUIRED
+    ids = [a["member_id"] for a in first]
+    joined = answers(
+        [
+            _join(f"f1.{g}.{k}", g, ids[i], session_ms, rebalance_ms)
+            for i, (g, k) in enumerate(slots)
+        ],
+        0,
+    )
+    by_group: dict[str, list[Member]] = {}
+    leaders: dict[str, str] = {}
+    for (g, _), answer in zip(slots, joined, strict=True):
+        by_group.setdefault(g, []).append(Member(g, answer["member_id"], answer["generation_id"]))
+        leaders[g] = answer["leader"]
+    syncs = []
+    for g, group in by_group.items():
+        assign_to = [m.member_id for m in group]
+        ordered = sorted(group, key=lambda m: m.member_id != leaders[g])  # the leader first
+        for k, m in enumerate(ordered):
+            assignments = assign_to if m.member_id == leaders[g] else []
+            syncs.append(_sync(f"f2.{g}.{k}", g, m.member_id, m.generation, assignments))
+    answers(syncs, 0)
+    return [m for g in groups for m in by_group[g]]
+
+
+# --- following consumer_offsets ---------------------------------------------------------------
+
+
+class LogFollower:
+    """New rows of a delta-rs table, commit by commit: the ``add`` actions of each new
+    ``_delta_log/<version>.json`` (compaction's ``dataChange: false`` ones skipped), the given
+    columns of their parquet files. Partition columns are not in the files; do not ask for
+    them."""
+
+    def __init__(self, table: Path, columns: Sequence[str]) -> None:
+        self.table = table
+        self.columns = list(columns)
+        self.next_version = 0
+
+    def poll(self) -> list[dict[str, Any]]:
+        rows: list[dict[str, Any]] = []
+        while True:
+            commit = self.table / "_delta_log" / f"{self.next_version:020d}.json"
+            try:
+                lines = commit.read_text(encoding="utf-8").splitlines()
+            except FileNotFoundError:
+                return rows
+            for line in lines:
+                add = json.loads(line).get("add") if line.strip() else None
+                if add is not None and add.get("dataChange", True):
+                    data = pq.read_table(self.table / unquote(add["path"]), columns=self.columns)
+                    rows.extend(data.to_pylist())
+            self.next_version += 1
+
+
+# --- probes: sessions left to expire ----------------------------------------------------------
+
+
+@dataclass
+class _Probe:
+    index: int
+    group_id: str
+    phase: str = "idle"
+    cycle: int = 0
+    member_id: str = ""
+    generation: int = -1
+    heartbeat_at_ms: int = 0
+    deadline_ms: int = 0
+    phase_since: float = 0.0
+
+
+#: A probe's cycle: the request each phase sends and the answer it expects
+#: (MEMBER_ID_REQUIRED for the first join, NONE after).
+_PROBE_NEXT = {"join0": "join1", "join1": "sync", "sync": "heartbeat", "heartbeat": "expiring"}
+_PROBE_EXPECT = {"join0": 79, "join1": 0, "sync": 0, "heartbeat": 0}
+#: A probe waiting longer than this for an answer or an expiry gives up and starts again.
+_PROBE_STUCK_S = 60.0
+
+
+class Probes:
+    """One-member groups that heartbeat once and then let their session expire, again and
+    again; each expiry is a timer-lateness sample. Requests are queued here and sent by the
+    driver's next file; answers and log records come from the reader. Thread safe."""
+
+    def __init__(self, count: int, session_ms: int) -> None:
+        self.session_ms = session_ms
+        self.probes = [_Probe(i, f"bench-probe-{i:02d}") for i in range(count)]
+        self._by_group = {p.group_id: p for p in self.probes}
+        self._lock = threading.Lock()
+        self._pending: list[dict[str, Any]] = []
+        self.active = False
+        self.samples: list[dict[str, float]] = []
+        self.failures: Counter[str] = Counter()
+
+    def start(self) -> None:
+        with self._lock:
+            self.active = True
+            for probe in self.probes:
+                self._begin(probe)
+
+    def finish(self) -> None:
+        """No new cycles; probes not yet silent stop now, silent ones may still expire."""
+        with self._lock:
+            self.active = False
+            for probe in self.probes:
+                if probe.phase not in ("heartbeat", "expiring"):
+                    probe.phase = "done"
+
+    def busy(self) -> bool:
+        with self._lock:
+            return any(p.phase in ("heartbeat", "expiring") for p in self.probes)
+
+    def take(self) -> list[dict[str, Any]]:
+        with self._lock:
+            pending, self._pending = self._pending, []
+            return pending
+
+    def _begin(self, probe: _Probe) -> None:
+        probe.cycle += 1
+        probe.member_id = ""
+        self._send(probe, "join0")
+
+    def _send(self, probe: _Probe, phase: str) -> None:
+        probe.phase = phase
+        probe.phase_since = time.time()
+        rid = f"p{probe.index}.{probe.cycle}.{phase}"
+        session = self.session_ms
+        if phase in ("join0", "join1"):
+            request = _join(rid, probe.group_id, probe.member_id, session, session)
+        elif phase == "sync":
+            request = _sync(
+                rid, probe.group_id, probe.member_id, probe.generation, [probe.member_id]
+            )
+        else:
+            request = _heartbeat(rid, probe.group_id, probe.member_id, probe.generation)
+        self._pending.append(request)
+
+    def _restart(self, probe: _Probe, reason: str) -> None:
+        self.failures[reason] += 1
+        if self.active:
+            self._begin(probe)
+        else:
+            probe.phase = "done"
+
+    def on_response(self, row: dict[str, Any]) -> None:
+        index, cycle, phase = str(row["request_id"])[1:].split(".")
+        with self._lock:
+            probe = self.probes[int(index)]
+            if int(cycle) != probe.cycle or phase != probe.phase:
+                return
+            if row["error_code"] != _PROBE_EXPECT[phase]:
+                self._restart(probe, f"{phase}: {row['error']}")
+                return
+            body = json.loads(row["body"])
+            if phase == "join0":
+                probe.member_id = body["member_id"]
+            elif phase == "join1":
+                probe.generation = body["generation_id"]
+            elif phase == "heartbeat":
+                probe.heartbeat_at_ms = row["emitted_at_ms"]
+                probe.deadline_ms = probe.heartbeat_at_ms + self.session_ms
+                probe.phase = "expiring"
+                probe.phase_since = time.time()
+                return
+            self._send(probe, _PROBE_NEXT[phase])
+
+    def on_records(self, records: list[dict[str, Any]], readable_s: float) -> None:
+        """``consumer_offsets`` rows: a probe's group written with no members after its last
+        heartbeat is its expiry."""
+        with self._lock:
+            for record in records:
+                probe = self._by_group.get(record["group_id"])
+                if (
+                    probe is None
+                    or probe.phase != "expiring"
+                    or record["record_type"] != "group_metadata"
+                    or record["members"]
+                    or record["timestamp_ms"] <= probe.heartbeat_at_ms
+                ):
+                    continue
+                self.samples.append(
+                    {
+                        "deadline_ms": probe.deadline_ms,
+                        "fired_ms": record["timestamp_ms"],
+                        "written_ms": record["written_at_ms"],
+                        "readable_ms": readable_s * 1000.0,
+                    }
+                )
+                if self.active:
+                    self._begin(probe)
+                else:
+                    probe.phase = "done"
+
+    def check(self, now: float) -> None:
+        with self._lock:
+            for probe in self.probes:
+                if probe.phase not in ("idle", "done") and now - probe.phase_since > _PROBE_STUCK_S:
+                    self._restart(probe, f"{probe.phase}: no answer in {_PROBE_STUCK_S:g} s")
+
+
+# --- the load ---------------------------------------------------------------------------------
+
+
+@dataclass
+class _Measured:
+    """Everything the threads record (guarded by the load's lock)."""
+
+    #: Outstanding heartbeats: request id -> when its file landed (s).
+    landed: dict[str, float] = field(default_factory=dict)
+    #: Landing times of every heartbeat sent.
+    sent: list[float] = field(default_factory=list)
+    #: Per answered heartbeat: (landed, readable) in s, and its error name.
+    answered: list[tuple[float, float]] = field(default_factory=list)
+    errors: list[tuple[float, str]] = field(default_factory=list)
+    #: (time, outstanding heartbeats), once a second.
+    outstanding: list[tuple[float, int]] = field(default_factory=list)
+    files: int = 0
+
+
+class Load:
+    """The driver and reader threads over one warehouse (see the module docstring)."""
+
+    def __init__(
+        self,
+        paths: Warehouse,
+        members: Sequence[Member],
+        options: StreamBenchOptions,
+        query: Any,
+        probes: Probes | None,
+    ) -> None:
+        self.inbox = Inbox(paths.inbox)
+        self.reader = ResponseReader(paths.table(RESPONSES))
+        self.log = LogFollower(
+            paths.table(CONSUMER_OFFSETS),
+            ["record_type", "group_id", "timestamp_ms", "written_at_ms", "members"],
+        )
+        self.members = list(members)
+        self.options = options
+        self.query = query
+        self.probes = probes
+        self.m = _Measured()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self.sending = True
+        # Open loop: member i is due at start + phase[i] + n * H, taken in phase order.
+        rng = random.Random(options.seed)
+        period = options.heartbeat_ms
+        phases = [rng.random() * period for _ in self.members]
+        self._order = sorted(range(len(self.members)), key=phases.__getitem__)
+        self._phase = phases
+        self._cursor = 0
+        self._round = 0
+        self._sequence = [0] * len(self.members)
+        # Closed loop: members whose last heartbeat is answered.
+        self._free = set(range(len(self.members)))
+        self._threads: list[threading.Thread] = []
+        self._failure: BaseException | None = None
+
+    # -- threads -------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._started = time.time()
+        for target in (self._drive, self._read):
+            thread = threading.Thread(target=self._guard, args=(target,), daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def stop(self) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=30)
+
+    def _guard(self, target: Callable[[], None]) -> None:
+        try:
+            target()
+        except BaseException as exc:  # reported by check()
+            self._failure = exc
+            self._stop.set()
+
+    def check(self) -> None:
+        """Raise if a thread failed or the query died."""
+        if self._failure is not None:
+            raise RuntimeError(f"the load failed: {self._failure!r}") from self._failure
+        if not self.query.isActive:
+            raise RuntimeError(f"the query stopped: {self.query.exception()}")
+
+    def sleep(self, seconds: float, until: Callable[[], bool] | None = None) -> None:
+        end = time.time() + seconds
+        while time.time() < end:
+            self.check()
+            if until is not None and until():
+                return
+            time.sleep(0.1)
+
+    def _due(self, now: float) -> list[int]:
+        if not self.sending:
+            return []
+        if self.options.heartbeat_ms == 0:
+            with self._lock:
+                due, self._free = sorted(self._free), set()
+            return due
+        due = []
+        period = self.options.heartbeat_ms / 1000.0
+        while True:
+            index = self._order[self._cursor]
+            if self._started + self._phase[index] / 1000.0 + self._round * period > now:
+                return due
+            due.append(index)
+            self._cursor += 1
+            if self._cursor == len(self._order):
+                self._cursor = 0
+                self._round += 1
+
+    def _drive(self) -> None:
+        tick = self.options.tick_ms / 1000.0
+        next_tick = time.time()
+        next_sample = next_tick
+        while not self._stop.is_set():
+            now = time.time()
+            if now >= next_sample:
+                with self._lock:
+                    self.m.outstanding.append((now, len(self.m.landed)))
+                if self.probes is not None:
+                    self.probes.check(now)
+                next_sample += 1.0
+            self._send(self._due(now))
+            next_tick += tick
+            self._stop.wait(max(0.0, next_tick - time.time()))
+
+    def _send(self, due: list[int]) -> None:
+        requests = []
+        ids = []
+        for index in due:
+            member = self.members[index]
+            self._sequence[index] += 1
+            rid = f"h{index}.{self._sequence[index]}"
+            ids.append(rid)
+            requests.append(_heartbeat(rid, member.group_id, member.member_id, member.generation))
+        if self.probes is not None:
+            requests.extend(self.probes.take())
+        if not requests:
+            return
+        before = time.time()
+        with self._lock:  # before the file exists, so no answer can come unmatched
+            for rid in ids:
+                self.m.landed[rid] = before
+        self.inbox.submit(requests)
+        landed = time.time()
+        with self._lock:
+            self.m.files += 1
+            for rid in ids:
+                if rid in self.m.landed:
+                    self.m.landed[rid] = landed
+                self.m.sent.append(landed)
+
+    def _read(self) -> None:
+        poll = self.options.poll_ms / 1000.0
+        while not self._stop.is_set():
+            rows = self.reader.poll()
+            records = self.log.poll() if self.probes is not None else []
+            now = time.time()
+            for row in rows:
+                rid = row["request_id"] or ""
+                if rid.startswith("h"):
+                    with self._lock:
+                        landed = self.m.landed.pop(rid, None)
+                        if landed is None:
+                            continue
+                        self.m.answered.append((landed, now))
+                        self.m.errors.append((landed, row["error"] or "NONE"))
+                        self._free.add(int(rid[1:].split(".")[0]))
+                elif rid.startswith("p") and self.probes is not None:
+                    self.probes.on_response(row)
+            if records and self.probes is not None:
+                self.probes.on_records(records, now)
+            self._stop.wait(poll)
+
+    def outstanding(self) -> int:
+        with self._lock:
+            return len(self.m.landed)
+
+
+# --- one mode ---------------------------------------------------------------------------------
+
+
+def mode_settings(mode: str, root: Path, options: StreamBenchOptions) -> Settings:
+    conf = root / "coordinator-bench.properties"
+    values = dict(COORDINATOR_SETTINGS)
+    values["group.min.session.timeout.ms"] = str(
+        min(6000, options.probe_session_timeout_ms, options.session_timeout_ms)
+    )
+    conf.write_text("".join(f"{k}={v}\n" for k, v in values.items()), encoding="utf-8")
+    return load_settings(
+        [str(conf)],
+        warehouse=str(root / mode),
+        state_key=SHARD if mode == SHARD else GROUP,
+        trigger_interval_ms=options.trigger_interval_ms,
+        shards=options.shards,
+    )
+
+
+def run_mode(
+    spark: Any, mode: str, options: StreamBenchOptions, root: Path, say: Callable[[str], None]
+) -> dict[str, Any]:
+    settings = mode_settings(mode, root, options)
+    paths = settings.job.paths
+    spark.conf.set("spark.sql.shuffle.partitions", str(settings.job.shards))
+    spark.conf.set("spark.sql.streaming.numRecentProgressUpdates", "100000")
+    writes: list[tuple[float, job.BatchFigures]] = []
+
+    def after_write(figures: job.BatchFigures) -> None:
+        writes.append((time.time(), figures))
+
+    groups = group_ids(options.groups)
+    started = time.time()
+    say(f"[{mode}] starting the query ({paths.root})")
+    if mode == FLOOR:
+        running = start_floor(spark, settings, after_write)
+    else:
+        running = job.start(spark, settings, after_write)
+    try:
+        if mode == FLOOR:
+            members = [
+                Member(g, f"floor-{g}-{k}", 1) for g in groups for k in range(options.members)
+            ]
+            probes = None
+            formed_s: float | None = None
+        else:
+            say(f"[{mode}] forming {options.groups} groups x {options.members} members")
+            client = StreamClient(paths)
+            formed = time.time()
+            members = form_groups(
+                client,
+                groups,
+                options.members,
+                options.session_timeout_ms,
+                options.rebalance_timeout_ms,
+                timeout_s=120 + 0.02 * len(groups) * options.members,
+            )
+            formed_s = time.time() - formed
+            probes = Probes(min(options.probes, options.groups), options.probe_session_timeout_ms)
+        load = Load(paths, members, options, running.query, probes)
+        load.start()
+        try:
+            say(f"[{mode}] warm-up {options.warmup_seconds:g} s")
+            load.sleep(options.warmup_seconds)
+            t0 = time.time()
+            if probes is not None:
+                probes.start()
+            say(f"[{mode}] measuring {options.seconds:g} s")
+            load.sleep(options.seconds)
+            t1 = time.time()
+            load.sending = False
+            if probes is not None:
+                probes.finish()
+            load.sleep(
+                options.drain_seconds,
+                until=lambda: load.outstanding() == 0 and (probes is None or not probes.busy()),
+            )
+            drained = time.time()
+        finally:
+            load.stop()
+        load.check()
+        progress = [json.loads(p.json) for p in running.query.recentProgress]
+    finally:
+        running.stop()
+    say(f"[{mode}] done in {time.time() - started:.0f} s")
+    return _mode_figures(
+        mode, settings, options, load, probes, progress, writes, t0, t1, drained, formed_s
+    )
+
+
+# --- figures ----------------------------------------------------------------------------------
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """The q-th percentile (0-100), linearly interpolated; None for no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = (len(ordered) - 1) * q / 100.0
+    low = int(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+def _spread(values: Sequence[float], *qs: float) -> dict[str, Any]:
+    figures: dict[str, Any] = {"count": len(values)}
+    for q in qs:
+        value = percentile(values, q)
+        figures[f"p{q:g}"] = None if value is None else round(value, 1)
+    figures["max"] = round(max(values), 1) if values else None
+    return figures
+
+
+def _slope(points: Sequence[tuple[float, float]]) -> float | None:
+    """Least-squares slope of y over x."""
+    if len(points) < 2:
+        return None
+    n = len(points)
+    mx = sum(x for x, _ in points) / n
+    my = sum(y for _, y in points) / n
+    var = sum((x - mx) ** 2 for x, _ in points)
+    if var == 0:
+        return None
+    return sum((x - mx) * (y - my) for x, y in points) / var
+
+
+def _epoch_s(timestamp: str) -> float:
+    return datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp()
+
+
+def _mode_figures(
+    mode: str,
+    settings: Settings,
+    options: StreamBenchOptions,
+    load: Load,
+    probes: Probes | None,
+    progress: list[dict[str, Any]],
+    writes: list[tuple[float, job.BatchFigures]],
+    t0: float,
+    t1: float,
+    drained: float,
+    formed_s: float | None,
+) -> dict[str, Any]:
+    window = t1 - t0
+    m = load.m
+    latencies = [1000.0 * (r - s) for s, r in m.answered if t0 <= s < t1]
+    answered_in_window = sum(1 for _, r in m.answered if t0 <= r < t1)
+    sent_in_window = sum(1 for s in m.sent if t0 <= s < t1)
+    errors = Counter(e for s, e in m.errors if t0 <= s < t1)
+
+    batches = [p for p in progress if t0 <= _epoch_s(p["timestamp"]) < t1]
+    data = [p for p in batches if p["numInputRows"] > 0]
+    idle = [p for p in batches if p["numInputRows"] == 0]
+    starts = sorted(_epoch_s(p["timestamp"]) for p in batches)
+    period = percentile([1000.0 * (b - a) for a, b in pairwise(starts)], 50)
+    written = [f for w, f in writes if t0 <= w < t1 and f.responses]
+
+    samples = [] if probes is None else probes.samples
+    fired = [s["fired_ms"] - s["deadline_ms"] for s in samples]
+    visible = [s["readable_ms"] - s["deadline_ms"] for s in samples]
+    fired_p99 = percentile(fired, 99)
+
+    in_window = [(t - t0, float(n)) for t, n in m.outstanding if t0 <= t < t1]
+    slope = _slope(in_window)
+    offered = options.offered_per_s
+    threshold = GROWTH_SHARE * (offered if offered else answered_in_window / window)
+    return {
+        "mode": mode,
+        "state_key": None if mode == FLOOR else settings.job.state_key,
+        "shards": settings.job.shards,
+        "trigger_interval_ms": settings.job.trigger_interval_ms,
+        "formed_s": _round(formed_s),
+        "window_s": round(window, 1),
+        "offered_per_s": round(sent_in_window / window, 1),
+        "answered_per_s": round(answered_in_window / window, 1),
+        "latency_ms": _spread(latencies, 50, 95, 99),
+        "batches": {
+            "count": len(batches),
+            "with_data": len(data),
+            "duration_ms": _spread([float(p["batchDuration"]) for p in data], 50, 99),
+            "idle_duration_ms": _spread([float(p["batchDuration"]) for p in idle], 50),
+            "period_ms": None if period is None else round(period, 1),
+            "requests_per_batch": round(sum(p["numInputRows"] for p in data) / len(data), 1)
+            if data
+            else None,
+            "write_ms_p50": _round(percentile([f.write_ms for f in written], 50)),
+            "timers_fired": sum(f.timers_fired for w, f in writes if t0 <= w < t1),
+        },
+        "lateness_ms": None
+        if probes is None
+        else {
+            "fired": _spread(fired, 50, 99),
+            "visible": _spread(visible, 50, 99),
+            "probe_failures": dict(probes.failures),
+            "goal_p99_within_period": None
+            if fired_p99 is None or period is None
+            else fired_p99 <= period,
+        },
+        "backlog": {
+            "outstanding_at_start": in_window[0][1] if in_window else None,
+            "outstanding_at_end": in_window[-1][1] if in_window else None,
+            "outstanding_max": max((n for _, n in in_window), default=None),
+            "slope_per_s": _round(slope),
+            "growing": None if slope is None else slope > threshold,
+            "unanswered_after_drain": load.outstanding(),
+            "drain_s": round(drained - t1, 1),
+        },
+        "errors": dict(errors),
+        "files": m.files,
+    }
+
+
+def _round(value: float | None, digits: int = 1) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+# --- the run ----------------------------------------------------------------------------------
+
+
+def stream_bench(
+    options: StreamBenchOptions,
+    spark: Any | None = None,
+    say: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Run every mode of ``options`` in turn on ``spark`` (or on a session started here and
+    stopped afterwards); returns the figures (see :func:`format_report`)."""
+    tell = say or (lambda _: None)
+    own_session = spark is None
+    if spark is None:
+        tell("starting Spark")
+        spark = job.spark_session(load_settings([], shards=options.shards))
+    keep = options.warehouse is not None
+    if options.warehouse is not None:
+        root = Path(options.warehouse).absolute() / time.strftime("bench-%Y%m%d-%H%M%S")
+        root.mkdir(parents=True)
+    else:
+        root = Path(tempfile.mkdtemp(prefix="coordinator-bench-"))
+    try:
+        modes = {mode: run_mode(spark, mode, options, root, tell) for mode in options.modes}
+    finally:
+        if own_session:
+            spark.stop()
+        if not keep:
+            shutil.rmtree(root, ignore_errors=True)
+    settings = asdict(options)
+    settings["modes"] = list(options.modes)
+    settings["offered_per_s"] = options.offered_per_s
+    return {
+        "options": settings,
+        "warehouse": str(root) if keep else None,
+        "modes": modes,
+        "ratios": ratios(modes),
+    }
+
+
+def ratios(modes: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Each job mode's latency p50/p99 and throughput over the floor's, with the goals."""
+    floor = modes.get(FLOOR)
+    if floor is None:
+        return {}
+    out: dict[str, dict[str, Any]] = {}
+    for mode, figures in modes.items():
+        if mode == FLOOR:
+            continue
+        pairs = {
+            "latency_p50": (figures["latency_ms"]["p50"], floor["latency_ms"]["p50"]),
+            "latency_p99": (figures["latency_ms"]["p99"], floor["latency_ms"]["p99"]),
+            "throughput": (figures["answered_per_s"], floor["answered_per_s"]),
+        }
+        out[mode] = {}
+        for name, (value, base) in pairs.items():
+            ratio = None if value is None or not base else round(value / base, 3)
+            op, limit = GOALS[name]
+            met = None if ratio is None else (ratio <= limit if op == "<=" else ratio >= limit)
+            out[mode][name] = {"ratio": ratio, "goal": f"{op} {limit}", "met": met}
+    return out
+
+
+def _cell(value: Any, width: int) -> str:
+    text = "-" if value is None else f"{value:,.0f}" if isinstance(value, float) else str(value)
+    return text.rjust(width)
+
+
+def format_report(result: dict[str, Any]) -> str:
+    o = result["options"]
+    load = (
+        "closed loop (each member heartbeats again once answered)"
+        if o["heartbeat_ms"] == 0
+        else f"heartbeat every {o['heartbeat_ms']} ms ({o['offered_per_s']:,.1f} requests/s offered)"
+    )
+    first = next(iter(result["modes"].values()))
+    lines = [
+        f"stream benchmark: {o['groups']} groups x {o['members']} members, {load}",
+        f"  {o['seconds']:g} s measured after {o['warmup_seconds']:g} s of warm-up; "
+        f"trigger {first['trigger_interval_ms']} ms, {first['shards']} shards; "
+        f"latency = file renamed into the inbox -> response readable in the table",
+        "",
+        f"{'mode':<6} {'req/s':>7} {'lat p50':>8} {'p95':>6} {'p99':>6} {'batch p50':>10} "
+        f"{'p99':>6} {'period':>7} {'req/batch':>9} {'late fired p50':>15} {'p99':>6} "
+        f"{'visible p50':>12} {'p99':>6} {'backlog/s':>9} {'unanswered':>10}",
+    ]
+    for mode, f in result["modes"].items():
+        late = f["lateness_ms"] or {"fired": {}, "visible": {}}
+        b = f["batches"]
+        lines.append(
+            f"{mode:<6} {_cell(f['answered_per_s'], 7)} {_cell(f['latency_ms']['p50'], 8)} "
+            f"{_cell(f['latency_ms']['p95'], 6)} {_cell(f['latency_ms']['p99'], 6)} "
+            f"{_cell(b['duration_ms']['p50'], 10)} {_cell(b['duration_ms']['p99'], 6)} "
+            f"{_cell(b['period_ms'], 7)} {_cell(b['requests_per_batch'], 9)} "
+            f"{_cell(late['fired'].get('p50'), 15)} {_cell(late['fired'].get('p99'), 6)} "
+            f"{_cell(late['visible'].get('p50'), 12)} {_cell(late['visible'].get('p99'), 6)} "
+            f"{_cell(f['backlog']['slope_per_s'], 9)} "
+            f"{_cell(f['backlog']['unanswered_after_drain'], 10)}"
+        )
+    lines.append("  (times in ms; late = session deadline -> the batch that expired it, and ->")
+    lines.append(
+        "   its consumer_offsets record readable; backlog/s = slope of outstanding requests)"
+    )
+    for mode, f in result["modes"].items():
+        notes = [f"answered {f['answered_per_s']:,.1f}/s of {f['offered_per_s']:,.1f}/s sent"]
+        growing = f["backlog"]["growing"]
+        notes.append("backlog GROWING" if growing else "backlog steady")
+        if f["formed_s"] is not None:
+            notes.append(f"groups formed in {f['formed_s']:g} s")
+        late = f["lateness_ms"]
+        if late is not None:
+            notes.append(f"{late['fired']['count']} expiries")
+            within = late["goal_p99_within_period"]
+            if within is not None:
+                notes.append(f"expiry p99 {'within' if within else 'NOT within'} one batch period")
+            if late["probe_failures"]:
+                notes.append(f"probe failures {late['probe_failures']}")
+        other = {k: v for k, v in f["errors"].items() if k != "NONE"}
+        if other:
+            notes.append(f"heartbeat errors {other}")
+        lines.append(f"  {mode}: " + "; ".join(notes))
+    if result["ratios"]:
+        lines += ["", "ratios to the floor (goal beside each)"]
+        for mode, figures in result["ratios"].items():
+            cells = []
+            for name, r in figures.items():
+                ratio = "-" if r["ratio"] is None else f"{r['ratio']:.2f}x"
+                verdict = "" if r["met"] is None else ("ok" if r["met"] else "MISSED")
+                cells.append(f"{name} {ratio} (goal {r['goal']}x) {verdict}".rstrip())
+            lines.append(f"  {mode:<6} " + "   ".join(cells))
+        if o["heartbeat_ms"] > 0:
+            lines.append(
+                "  (throughput is the offered load unless a backlog grows: run with "
+                "--heartbeat-ms 0 to measure capacity)"
+            )
+    if result["warehouse"]:
+        lines.append(f"warehouses kept under {result['warehouse']}")
+    return "\n".join(lines)
+
+
+def stderr(message: str) -> None:
+    print(f"bench stream: {message}", file=sys.stderr, flush=True)

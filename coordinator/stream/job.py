@@ -1,0 +1,432 @@
+"""The coordinator as a Spark Structured Streaming query.
+
+    inbox (JSON lines files)  ->  text file source, one row per line
+        -> groupBy(group id | offsets partition).applyInPandasWithState(step, ProcessingTimeTimeout)
+        -> foreachBatch: consumer_offsets, rejected_requests, group_state, then responses (Delta)
+
+The inbox is read as text, not with Spark's JSON reader: Spark would turn a mistyped field into a
+silent null, while the engine's own parser answers it with Kafka's error and a message. Spark
+extracts only the key (``group_id``) and the order key (file, position).
+
+``coordinator run`` and ``spark-submit jobs/coordinator_job.py`` both come here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from coordinator.engine import CoordinatorNode
+from coordinator.log.records import record_from_bytes
+from coordinator.requests import parse
+from coordinator.stream import operator
+from coordinator.stream.schema import Warehouse
+from coordinator.stream.settings import CONF_DIR, Settings, checkpoint_identity
+from coordinator.stream.sink import DeltaSink, Housekeeping
+
+log = logging.getLogger("coordinator.job")
+
+QUERY_NAME = "kafka-group-coordinator"
+
+
+def prepare_environment() -> None:
+    """What Spark's Python workers and the driver need before the JVM starts."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    # pyspark 4.2 with pandas 2.3 warns once per batch.
+    os.environ.setdefault("PYTHONWARNINGS", "ignore::FutureWarning")
+
+
+def spark_session(settings: Settings, master: str | None = None, app_name: str = QUERY_NAME) -> Any:
+    """A SparkSession configured for the job (or the running one, reconfigured where allowed)."""
+    prepare_environment()
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.appName(app_name)
+    if master:
+        builder = builder.master(master)
+    elif not os.environ.get("SPARK_MASTER") and "spark.master" not in settings.spark:
+        builder = builder.master(f"local[{settings.job.shards}]")
+    for key, value in settings.spark.items():
+        builder = builder.config(key, value)
+    log4j = CONF_DIR / "log4j2.properties"
+    if log4j.exists() and "spark.driver.extraJavaOptions" not in settings.spark:
+        builder = builder.config(
+            "spark.driver.extraJavaOptions", f"-Dlog4j.configurationFile=file:{log4j}"
+        )
+    builder = builder.config("spark.sql.shuffle.partitions", str(settings.job.shards))
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    return spark
+
+
+# --- the query --------------------------------------------------------------------------------
+
+
+def kafka_partition_expr(column: str, num_partitions: int) -> str:
+    """Kafka's ``partitionFor`` in Spark SQL: ``Utils.abs(String.hashCode) % n``.
+
+    Java's hash runs over UTF-16 code units (4 hex digits each of the UTF-16BE encoding) in
+    64-bit arithmetic kept below 2^32; ``& 0x7fffffff`` is ``Utils.abs`` on the signed value
+    (Integer.MIN_VALUE maps to 0, as in Kafka)."""
+    units = f"hex(encode({column}, 'UTF-16BE'))"
+    hashed = (
+        f"if(length({column}) = 0, 0L, aggregate(sequence(0, length({units}) div 4 - 1), 0L, "
+        f"(acc, i) -> (acc * 31 + cast(conv(substr({units}, i * 4 + 1, 4), 16, 10) as bigint))"
+        f" % 4294967296L))"
+    )
+    return f"cast((({hashed}) % 2147483648L) % {num_partitions} as int)"
+
+
+def inbox_stream(spark: Any, settings: Settings) -> Any:
+    """The inbox as rows: (value, source_file, position, group_id)."""
+    from pyspark.sql import functions as F
+
+    paths = settings.job.paths
+    paths.inbox.mkdir(parents=True, exist_ok=True)
+    # One row per file, split into lines here: Spark has no line number for a text row in a
+    # stream (monotonically_increasing_id is refused), and (file, line) is the order key.
+    reader = (
+        spark.readStream.format("text")
+        .option("wholetext", True)
+        .option("maxFilesPerTrigger", settings.job.max_files_per_trigger)
+    )
+    if settings.job.clean_source == "archive":
+        paths.archive.mkdir(parents=True, exist_ok=True)
+        reader = reader.option("cleanSource", "archive").option(
+            "sourceArchiveDir", str(paths.archive)
+        )
+    elif settings.job.clean_source == "delete":
+        reader = reader.option("cleanSource", "delete")
+    files = reader.load(str(paths.inbox)).select(
+        F.col("_metadata.file_path").alias("source_file"),
+        F.posexplode(F.split("value", "\r?\n")).alias("position", "value"),
+    )
+    lines = files.where(F.trim("value") != "")
+    return lines.select(
+        "value",
+        "source_file",
+        "position",
+        F.coalesce(F.get_json_object("value", "$.group_id"), F.lit("")).alias("group_id"),
+    )
+
+
+def coordinator_stream(
+    spark: Any, settings: Settings, opsettings: operator.OperatorSettings
+) -> Any:
+    """The stateful operator over the inbox: one DataFrame of output rows per batch."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.streaming.state import GroupStateTimeout
+
+    lines = inbox_stream(spark, settings)
+    if settings.job.state_key == operator.SHARD_KEY:
+        partitions = settings.coordinator.offsets_topic_num_partitions
+        keyed = lines.withColumn("shard", F.expr(kafka_partition_expr("group_id", partitions)))
+        grouped = keyed.groupBy("shard")
+        function = operator.shard_function(opsettings)
+    else:
+        grouped = lines.groupBy("group_id")
+        function = operator.group_function(opsettings)
+    return grouped.applyInPandasWithState(
+        function,
+        operator.OUTPUT_DDL,
+        operator.STATE_DDL,
+        "Update",
+        GroupStateTimeout.ProcessingTimeTimeout,
+    )
+
+
+def warm_up(spark: Any, shards: int) -> None:
+    """Start the Python workers (and import pandas, pyarrow and the engine in them) before the
+    query's first batch: a cold first batch takes 5-8 s, and since the batch time is the
+    engine's clock, members that joined in it would find their sessions nearly spent."""
+    frame = spark.range(shards * 2).repartition(shards)
+    frame.groupBy("id").applyInPandas(operator.warm_up, "id long").collect()
+
+
+# --- the sink ---------------------------------------------------------------------------------
+
+
+@dataclass
+class BatchFigures:
+    """One micro-batch as the sink saw it (merged into the listener's log line)."""
+
+    batch_id: int
+    responses: int = 0
+    records: int = 0
+    groups: int = 0
+    timers_fired: int = 0
+    rejected: int = 0
+    skipped_tables: list[str] = field(default_factory=list)
+    write_ms: float = 0.0
+
+
+class BatchSink:
+    """``foreachBatch``: evaluate the operator exactly once, split its rows, write the tables.
+
+    The DataFrame is collected once with ``toArrow()``: a second action would run the stateful
+    operator again, and not evaluating it at all fails the query (Spark 4 checks that every
+    state partition committed)."""
+
+    def __init__(
+        self, sink: DeltaSink, after_write: Callable[[BatchFigures], None] | None = None
+    ) -> None:
+        self.sink = sink
+        #: Called after a batch's tables are written, before Spark commits the batch: a hook
+        #: for benchmarks (and for tests, which raise from it to crash between the two).
+        self.after_write = after_write
+        self.figures: dict[int, BatchFigures] = {}
+        self.last_activity = time.monotonic()
+        self._lock = threading.Lock()
+
+    def __call__(self, df: Any, batch_id: int) -> None:
+        table = df.toArrow()
+        self.write(table.to_pylist(), batch_id)
+
+    def write(self, rows: list[dict[str, Any]], batch_id: int) -> BatchFigures:
+        figures = BatchFigures(batch_id)
+        responses: list[tuple[str, int, dict[str, Any]]] = []
+        records: list[tuple[int, str, int, dict[str, Any]]] = []
+        groups: list[dict[str, Any]] = []
+        rejected: list[dict[str, Any]] = []
+        list_groups = []
+        emitted_at = 0
+        for row in rows:
+            kind = row["kind"]
+            emitted_at = row["timestamp_ms"]
+            if kind == operator.RESPONSE:
+                responses.append((row["group_id"], row["seq"], json.loads(row["body"])))
+            elif kind == operator.RECORD:
+                record = record_from_bytes(row["key"], row["value"])
+                if record is None:  # pragma: no cover - the engine writes only known types
+                    continue
+                record["offsets_partition"] = row["offsets_partition"]
+                record["timestamp_ms"] = row["timestamp_ms"]
+                records.append((row["offsets_partition"], row["group_id"], row["seq"], record))
+            elif kind == operator.GROUP:
+                groups.append(json.loads(row["body"]))
+            elif kind == operator.REJECTED:
+                rejected.append(json.loads(row["body"]))
+            elif kind == operator.LIST_GROUPS:
+                list_groups.append(parse(json.loads(row["body"])))
+            elif kind == operator.TICK:
+                figures.timers_fired += 1
+        # Spark hands partitions over in no promised order: sort by what the operator decided.
+        records.sort(key=lambda r: r[:3])
+        responses.sort(key=lambda r: r[:2])
+        groups.sort(key=lambda g: g["group_id"])
+        report = self.sink.write_batch(
+            batch_id,
+            records=[r[3] for r in records],
+            responses=[r[2] for r in responses],
+            groups=groups,
+            rejected=rejected,
+            list_groups=list_groups,
+            emitted_at_ms=emitted_at,
+            written_at_ms=int(time.time() * 1000),
+        )
+        figures.responses = len(responses) + len(list_groups)
+        figures.records = len(records)
+        figures.groups = len(groups)
+        figures.rejected = len(rejected)
+        figures.skipped_tables = list(report.tables_skipped)
+        figures.write_ms = report.write_ms
+        with self._lock:
+            self.figures[batch_id] = figures
+            if len(rows) > figures.timers_fired:
+                self.last_activity = time.monotonic()
+        if self.after_write is not None:
+            self.after_write(figures)
+        return figures
+
+    def pop_figures(self, batch_id: int) -> BatchFigures | None:
+        with self._lock:
+            return self.figures.pop(batch_id, None)
+
+
+# --- observability ----------------------------------------------------------------------------
+
+
+def progress_listener(sink: BatchSink, warehouse: Warehouse) -> Any:
+    """A StreamingQueryListener: one log line per micro-batch, and the last progress on disk
+    (``<warehouse>/status/progress.json``) for ``coordinator status``."""
+    from pyspark.sql.streaming.listener import StreamingQueryListener
+
+    class Listener(StreamingQueryListener):
+        def onQueryStarted(self, event: Any) -> None:
+            log.info("query %s started (run %s)", event.id, event.runId)
+
+        def onQueryProgress(self, event: Any) -> None:
+            progress = event.progress
+            figures = sink.pop_figures(progress.batchId) or BatchFigures(progress.batchId)
+            line = (
+                f"batch {progress.batchId}: {progress.numInputRows} requests in, "
+                f"{figures.responses} responses out, {figures.records} records, "
+                f"{figures.groups} groups changed, {figures.timers_fired} timers fired, "
+                f"{figures.rejected} rejected, {progress.batchDuration} ms"
+            )
+            if figures.skipped_tables:
+                line += f" (replayed batch: skipped {', '.join(figures.skipped_tables)})"
+            if progress.numInputRows or figures.responses or figures.records:
+                log.info(line)
+            else:
+                log.debug(line)
+            status = json.loads(progress.json)
+            status["coordinator"] = {
+                "responses": figures.responses,
+                "records": figures.records,
+                "groups_changed": figures.groups,
+                "timers_fired": figures.timers_fired,
+                "rejected": figures.rejected,
+                "write_ms": figures.write_ms,
+            }
+            _write_json(warehouse.status / "progress.json", status)
+
+        def onQueryIdle(self, event: Any) -> None:
+            pass
+
+        def onQueryTerminated(self, event: Any) -> None:
+            if event.exception:
+                log.error("query terminated: %s", event.exception)
+            else:
+                log.info("query stopped")
+
+    return Listener()
+
+
+def _write_json(path: Path, value: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(value, indent=2, default=str) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+# --- running it -------------------------------------------------------------------------------
+
+
+@dataclass
+class RunningJob:
+    query: Any
+    sink: BatchSink
+    settings: Settings
+    listener: Any
+
+    def stop(self) -> None:
+        """Stop between batches where possible (stopping mid-foreachBatch logs a harmless
+        StackOverflowError from py4j's error text)."""
+        # When batches run back to back there may be no gap: then stop anyway.
+        deadline = time.monotonic() + 2
+        while self.query.isActive and self.query.status.get("isTriggerActive"):
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.01)
+        with contextlib.suppress(Exception):  # best effort: the session may be gone
+            self.query.sparkSession.streams.removeListener(self.listener)
+        # A batch cut short by the stop fails inside foreachBatch, and py4j prints its
+        # traceback; that batch was not committed and is re-run on the next start.
+        py4j_log = logging.getLogger("py4j.clientserver")
+        level = py4j_log.level
+        py4j_log.setLevel(logging.CRITICAL)
+        try:
+            self.query.stop()
+        finally:
+            py4j_log.setLevel(level)
+
+    def wait_idle(self, idle_s: float, poll_s: float = 0.2, timeout_s: float | None = None) -> None:
+        """Block until nothing came in or went out for ``idle_s`` seconds (or the query died)."""
+        started = time.monotonic()
+        while self.query.isActive:
+            if time.monotonic() - self.sink.last_activity >= idle_s:
+                return
+            if timeout_s is not None and time.monotonic() - started > timeout_s:
+                return
+            time.sleep(poll_s)
+        exception = self.query.exception()
+        if exception is not None:
+            raise RuntimeError(f"the coordinator query failed: {exception}")
+
+
+def start(
+    spark: Any, settings: Settings, after_write: Callable[[BatchFigures], None] | None = None
+) -> RunningJob:
+    """Start the coordinator query on ``spark`` with ``settings``."""
+    identity = checkpoint_identity(settings)
+    job = settings.job
+    paths = job.paths
+    opsettings = operator.OperatorSettings(
+        settings.coordinator,
+        identity.seed,
+        CoordinatorNode(job.node_id, job.node_host, job.node_port),
+    )
+    sink = BatchSink(
+        DeltaSink(
+            paths.tables,
+            identity.app_id,
+            Housekeeping(
+                compact_every_batches=job.compact_every_batches,
+                checkpoint_every_batches=job.checkpoint_every_batches,
+                vacuum_every_batches=job.vacuum_every_batches,
+                vacuum_retention_hours=job.vacuum_retention_hours,
+            ),
+        ),
+        after_write,
+    )
+    warm_up(spark, job.shards)
+    listener = progress_listener(sink, paths)
+    spark.streams.addListener(listener)
+    query = (
+        coordinator_stream(spark, settings, opsettings)
+        .writeStream.queryName(QUERY_NAME)
+        .outputMode("update")
+        .foreachBatch(sink)
+        .option("checkpointLocation", str(paths.checkpoint))
+        .trigger(processingTime=f"{job.trigger_interval_ms} milliseconds")
+        .start()
+    )
+    log.info(
+        "coordinator started: inbox %s, tables %s, checkpoint %s (%s-keyed, %d shards)",
+        paths.inbox,
+        paths.tables,
+        paths.checkpoint,
+        job.state_key,
+        job.shards,
+    )
+    return RunningJob(query, sink, settings, listener)
+
+
+def run(
+    settings: Settings,
+    master: str | None = None,
+    on_start: Callable[[RunningJob], None] | None = None,
+) -> int:
+    """Run the job until stopped (or idle for ``job.stop_when_idle_s``). Returns an exit code."""
+    spark = spark_session(settings, master)
+    running = start(spark, settings)
+    if on_start is not None:
+        on_start(running)
+    try:
+        if settings.job.stop_when_idle_s > 0:
+            running.wait_idle(settings.job.stop_when_idle_s)
+        else:
+            running.query.awaitTermination()
+    except KeyboardInterrupt:
+        log.info("interrupted: stopping")
+    finally:
+        if running.query.isActive:
+            running.stop()
+    exception = running.query.exception()
+    spark.stop()
+    if exception is not None:
+        log.error("the coordinator query failed: %s", exception)
+        return 1
+    return 0

@@ -1,0 +1,28 @@
+"""The coordinator job for ``spark-submit``:
+
+    spark-submit --master spark://HOST:7077 jobs/coordinator_job.py --warehouse /shared/wh
+
+The same job as ``coordinator run`` and the same options. The workers need the
+``kafka-group-coordinator`` package importable (install it in their Python, or ship it with
+``--py-files``); the warehouse and checkpoint must be on storage every executor shares.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from coordinator.cli.run import add_job_options, configure_logging, settings_from
+from coordinator.stream import job
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="coordinator_job.py", description=__doc__)
+    add_job_options(parser)
+    args = parser.parse_args(argv)
+    configure_logging(args.quiet)
+    return job.run(settings_from(args), args.master)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

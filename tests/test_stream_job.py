@@ -1,0 +1,324 @@
+"""The Spark job end to end: requests into the inbox, Kafka's answers out of the Delta tables.
+
+One shared SparkSession; each test runs its own query on its own warehouse.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from chispa import assert_df_equality
+
+from coordinator.consumer_protocol import Subscription, encode_subscription
+from coordinator.log.partitioning import partition_for
+from coordinator.stream import job
+from tests.stream_support import RunningCoordinator
+
+pytestmark = pytest.mark.slow
+
+TOPIC = "orders"
+
+
+def subscription() -> str:
+    return base64.b64encode(encode_subscription(Subscription((TOPIC,)))).decode()
+
+
+def join(rid: str, group: str, member_id: str = "", session_ms: int = 10_000, **extra: Any):
+    return {
+        "api": "join_group",
+        "request_id": rid,
+        "group_id": group,
+        "member_id": member_id,
+        "client_id": "test",
+        "session_timeout_ms": session_ms,
+        "rebalance_timeout_ms": 10_000,
+        "protocol_type": "consumer",
+        "protocols": [{"name": "range", "metadata": subscription()}],
+        **extra,
+    }
+
+
+def sync(rid: str, group: str, member_id: str, generation: int, assignments=None):
+    request = {
+        "api": "sync_group",
+        "request_id": rid,
+        "group_id": group,
+        "member_id": member_id,
+        "generation_id": generation,
+        "protocol_type": "consumer",
+        "protocol_name": "range",
+        "assignments": assignments or [],
+    }
+    return request
+
+
+def heartbeat(rid: str, group: str, member_id: str, generation: int):
+    return {
+        "api": "heartbeat",
+        "request_id": rid,
+        "group_id": group,
+        "member_id": member_id,
+        "generation_id": generation,
+    }
+
+
+def commit(rid: str, group: str, member_id: str, generation: int, offsets: dict[int, int]):
+    return {
+        "api": "offset_commit",
+        "request_id": rid,
+        "group_id": group,
+        "member_id": member_id,
+        "generation_id": generation,
+        "offsets": [
+            {"topic": TOPIC, "partition": p, "offset": o, "metadata": ""}
+            for p, o in offsets.items()
+        ],
+    }
+
+
+def fetch(rid: str, group: str):
+    return {"api": "offset_fetch", "request_id": rid, "group_id": group, "partitions": None}
+
+
+def form_group(c: RunningCoordinator, group: str, n: int, session_ms: int = 10_000):
+    """Join ``n`` members (KIP-394's two-step join) and sync; returns (generation, member ids)."""
+    first = c.requests([join(f"{group}-j{i}", group, session_ms=session_ms) for i in range(n)])
+    assert {r["error"] for r in first} == {"MEMBER_ID_REQUIRED"}
+    ids = [r["member_id"] for r in first]
+    joined = c.requests(
+        [join(f"{group}-k{i}", group, ids[i], session_ms=session_ms) for i in range(n)]
+    )
+    assert all(r["error"] is None for r in joined), joined
+    generation = joined[0]["generation_id"]
+    leader = joined[0]["leader"]
+    assignments = [
+        {"member_id": m, "assignment": base64.b64encode(f"{m}".encode()).decode()} for m in ids
+    ]
+    syncs = [
+        sync(f"{group}-s{i}", group, m, generation, assignments if m == leader else None)
+        for i, m in enumerate(ids)
+    ]
+    synced = c.requests(syncs)
+    # The client gives binary fields back as bytes (base64 in the table's JSON body).
+    assert [r["assignment"] for r in synced] == [m.encode() for m in ids]
+    return generation, ids
+
+
+@pytest.fixture
+def coordinator(spark, tmp_path, request):
+    mode = getattr(request, "param", "group")
+    running = RunningCoordinator(spark, tmp_path / "warehouse", state_key=mode)
+    running.start()
+    yield running
+    running.stop()
+
+
+@pytest.mark.parametrize("coordinator", ["group", "shard"], indirect=True)
+def test_a_group_forms_heartbeats_commits_and_fetches(coordinator: RunningCoordinator, spark):
+    c = coordinator
+    generation, ids = form_group(c, "payments", 2)
+    assert generation == 1
+
+    beats = c.requests([heartbeat(f"h{i}", "payments", m, generation) for i, m in enumerate(ids)])
+    assert [b["error"] for b in beats] == [None, None]
+    committed = c.request(commit("c1", "payments", ids[0], generation, {0: 10, 1: 11}))
+    assert [p["error"] for p in committed["partitions"]] == [None, None]
+    c.request(commit("c2", "payments", ids[1], generation, {3: 30}))
+    fetched = c.request(fetch("f1", "payments"))
+    assert {(p["partition"], p["offset"]) for p in fetched["partitions"]} == {
+        (0, 10),
+        (1, 11),
+        (3, 30),
+    }
+    described = c.request({"api": "describe_groups", "request_id": "d1", "group_id": "payments"})
+    assert described["group_state"] == "Stable"
+    assert sorted(m["member_id"] for m in described["members"]) == sorted(ids)
+    listed = c.request({"api": "list_groups", "request_id": "l1", "group_id": ""})
+    assert listed["groups"] == [
+        {
+            "group_id": "payments",
+            "protocol_type": "consumer",
+            "group_state": "Stable",
+            "group_type": "classic",
+        }
+    ]
+    found = c.request({"api": "find_coordinator", "request_id": "fc", "group_id": "payments"})
+    assert found["offsets_partition"] == partition_for("payments", 50)
+
+    # Every request answered exactly once.
+    ids_seen = [r["request_id"] for r in c.rows("responses")]
+    assert len(ids_seen) == len(set(ids_seen))
+
+    # The log: Kafka's records, contiguous offsets in the group's partition.
+    partition = partition_for("payments", 50)
+    log = spark.createDataFrame(c.table("consumer_offsets")).where("record_type = 'offset_commit'")
+    expected = spark.createDataFrame(
+        [("payments", TOPIC, p, o, partition) for p, o in [(0, 10), (1, 11), (3, 30)]],
+        "group_id string, topic string, partition int, committed_offset long, "
+        "offsets_partition int",
+    )
+    assert_df_equality(
+        log.select(*expected.columns),
+        expected,
+        ignore_row_order=True,
+        ignore_nullable=True,
+    )
+    offsets = sorted(r["offset"] for r in c.rows("consumer_offsets"))
+    assert offsets == list(range(len(offsets)))
+
+    state = c.rows("group_state")
+    assert [(s["group_id"], s["state"], s["generation_id"], s["num_members"]) for s in state] == [
+        ("payments", "Stable", 1, 2)
+    ]
+    assert state[0]["num_committed_offsets"] == 3
+
+
+def test_a_silent_member_times_out_and_the_group_rebalances(coordinator: RunningCoordinator):
+    c = coordinator
+    generation, (alive, silent) = form_group(c, "billing", 2, session_ms=3_000)
+    # Only `alive` heartbeats; the session of `silent` runs out in the job (no input for it).
+    deadline = time.monotonic() + 60
+    rebalancing = None
+    beat = 0
+    while time.monotonic() < deadline:
+        beat += 1
+        answer = c.request(heartbeat(f"hb{beat}", "billing", alive, generation))
+        if answer["error"] == "REBALANCE_IN_PROGRESS":
+            rebalancing = answer
+            break
+        assert answer["error"] is None
+        time.sleep(0.5)
+    assert rebalancing is not None, "the silent member's session never expired"
+    rejoined = c.request(join("rejoin", "billing", alive, session_ms=3_000))
+    assert rejoined["error"] is None
+    assert rejoined["generation_id"] == generation + 1
+    assert [m["member_id"] for m in rejoined["members"]] == [alive]  # `silent` is gone
+    state = c.wait_for(
+        lambda: [s for s in c.rows("group_state") if s["generation_id"] == generation + 1],
+        what="group_state at the new generation",
+    )
+    assert [m["member_id"] for m in state[0]["members"]] == [alive]
+    assert silent != alive
+
+
+def test_a_restart_from_the_checkpoint_carries_on(coordinator: RunningCoordinator):
+    c = coordinator
+    generation, ids = form_group(c, "ledger", 1, session_ms=30_000)
+    c.request(commit("c1", "ledger", ids[0], generation, {0: 5}))
+    c.restart()
+    # The member, its generation and its offsets come back from Spark's state store.
+    assert c.request(heartbeat("after", "ledger", ids[0], generation))["error"] is None
+    assert c.request(fetch("f", "ledger"))["partitions"][0]["offset"] == 5
+    c.request(commit("c2", "ledger", ids[0], generation, {0: 6}))
+    offsets = sorted(r["offset"] for r in c.rows("consumer_offsets"))
+    assert offsets == list(range(len(offsets)))
+    ids_seen = [r["request_id"] for r in c.rows("responses")]
+    assert len(ids_seen) == len(set(ids_seen))
+
+
+def test_a_batch_replayed_after_a_crash_is_written_once(spark, tmp_path):
+    c = RunningCoordinator(spark, tmp_path / "warehouse")
+    crashed: list[int] = []
+    armed: list[bool] = []
+
+    def crash_after_the_commit_is_written(figures: job.BatchFigures) -> None:
+        # The tables hold the batch, Spark has not committed it: a driver crash right here.
+        if armed and figures.records and not crashed:
+            crashed.append(figures.batch_id)
+            raise RuntimeError("simulated crash between the Delta writes and the checkpoint")
+
+    c.after_write = crash_after_the_commit_is_written
+    c.start()
+    try:
+        generation, ids = form_group(c, "audit", 1, session_ms=30_000)
+        armed.append(True)
+        c.client.submit([commit("c1", "audit", ids[0], generation, {0: 42})])
+        c.wait_for(lambda: not c.running.query.isActive, what="the query to fail")
+        assert crashed
+        # What the crashed batch wrote is already visible: the commit and its response.
+        before = c.rows("responses")
+        assert any(r["request_id"] == "c1" for r in before)
+        c.stop()
+        c.after_write = None
+        c.start()
+        # Spark re-runs the batch (same id, same input, same clock); the sink skips every table.
+        c.wait_for(
+            lambda: (
+                c.running.query.lastProgress
+                and c.running.query.lastProgress["batchId"] > crashed[0]
+            ),
+            what="the replayed batch",
+        )
+        assert c.request(fetch("f", "audit"))["partitions"][0]["offset"] == 42
+        responses = c.rows("responses")
+        assert sorted(r["request_id"] for r in responses if r["request_id"] == "c1") == ["c1"]
+        commits = [r for r in c.rows("consumer_offsets") if r["record_type"] == "offset_commit"]
+        assert [(r["committed_offset"], r["batch_id"]) for r in commits] == [(42, crashed[0])]
+    finally:
+        c.stop()
+
+
+def test_requests_apply_in_file_and_line_order_whatever_spark_hands_over(spark, tmp_path):
+    c = RunningCoordinator(spark, tmp_path / "warehouse")
+    # Simple-group commits (generation -1): the last one written wins. Two files land in the
+    # same batch: the earlier one is larger, and Spark's file source reads larger files first.
+    early = [commit(f"e{i}", "simple", "", -1, {0: i}) for i in range(50)]
+    late = [commit("l0", "simple", "", -1, {0: 1000}), commit("l1", "simple", "", -1, {0: 1001})]
+    inbox = c.settings.job.paths.inbox
+    inbox.mkdir(parents=True)
+    for name, requests in [("0001-early.jsonl", early), ("0002-late.jsonl", late)]:
+        (inbox / name).write_text("".join(json.dumps(r) + "\n" for r in requests))
+    c.start()
+    try:
+        answers = c.client.wait([r["request_id"] for r in early + late], timeout_s=60)
+        assert all(a["partitions"][0]["error"] is None for a in answers.values())
+        assert c.request(fetch("f", "simple"))["partitions"][0]["offset"] == 1001
+        log = [r for r in c.rows("consumer_offsets") if r["record_type"] == "offset_commit"]
+        assert [r["committed_offset"] for r in sorted(log, key=lambda r: r["offset"])] == [
+            *range(50),
+            1000,
+            1001,
+        ]
+    finally:
+        c.stop()
+
+
+def test_bad_lines_get_answers_or_land_in_rejected_requests(coordinator: RunningCoordinator):
+    c = coordinator
+    inbox = c.settings.job.paths.inbox
+    lines = [
+        "{not json",
+        json.dumps(["a", "list"]),
+        json.dumps({"api": "heartbeat", "group_id": "g"}),  # no request id: unanswerable
+        json.dumps({"api": "no_such_api", "request_id": "bad1", "group_id": "g"}),
+        json.dumps({"api": "heartbeat", "request_id": "bad2", "group_id": "g", "member_id": 5}),
+        json.dumps({"api": "heartbeat", "request_id": "bad3"}),
+    ]
+    tmp = inbox / ".bad.tmp"
+    tmp.write_text("\n".join(lines) + "\n")
+    os.rename(tmp, inbox / "bad.jsonl")
+    answers = c.client.wait(["bad1", "bad2", "bad3"], timeout_s=60)
+    assert answers["bad1"]["error"] == "INVALID_REQUEST"
+    assert answers["bad2"]["error"] == "INVALID_REQUEST"
+    assert answers["bad3"]["error"] == "INVALID_GROUP_ID"
+    rejected = c.wait_for(lambda: c.rows("rejected_requests"), what="rejected rows")
+    assert sorted(r["raw"] for r in rejected) == sorted(lines[:3])
+    assert all(Path(r["source_file"].removeprefix("file:")).name == "bad.jsonl" for r in rejected)
+    # No group was created by any of it, and the stream is still serving.
+    assert c.rows("group_state") == []
+    assert c.request(fetch("after", "g"))["error"] is None
+
+
+def test_kafka_partition_expression_matches_partition_for(spark):
+    names = ["", "a", "group-1", "héllo", "𝄞x", "x" * 300, "polygenelubricants", "GydZG_"]
+    names += [f"group-{i}" for i in range(200)]
+    frame = spark.createDataFrame([(n,) for n in names], "g string")
+    for partitions in (1, 50, 7):
+        rows = frame.selectExpr("g", f"{job.kafka_partition_expr('g', partitions)} AS p").collect()
+        assert {r.g: r.p for r in rows} == {n: partition_for(n, partitions) for n in names}
