@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 export PIP_CONSTRAINT := $(CURDIR)/constraints.txt
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: setup demo test test-fast lint format bench clean
+.PHONY: setup demo demo-replay test test-fast lint format bench clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -16,7 +16,12 @@ $(STAMP): pyproject.toml constraints.txt
 
 setup: $(STAMP)
 
+# The Spark job on the embedded default with live members (about a minute once installed).
 demo: setup
+	$(BIN)/coordinator demo
+
+# The engine alone, replaying the stories in examples/ (no Spark; instant).
+demo-replay: setup
 	$(BIN)/coordinator replay --config conf/coordinator.properties --format timeline examples/static-member-restart.jsonl examples/three-members.jsonl examples/member-crash.jsonl
 
 # pytest exits 5 when it collects no test: that is not a failure of the suite.
@@ -27,8 +32,8 @@ test-fast: setup
 	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS); rc=$$?; if [ $$rc -eq 5 ]; then exit 0; fi; exit $$rc
 
 lint: setup
-	$(BIN)/ruff check coordinator tests
-	$(BIN)/ruff format --check coordinator tests
+	$(BIN)/ruff check coordinator tests jobs
+	$(BIN)/ruff format --check coordinator tests jobs
 	$(BIN)/mypy
 
 format: setup

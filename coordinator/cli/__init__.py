@@ -21,6 +21,7 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_parser(subparsers)
     bench.add_parser(subparsers)
     run.add_parser(subparsers)
+    run.add_demo_parser(subparsers)
     submit.add_parser(subparsers)
     status.add_parser(subparsers)
     return parser

@@ -105,3 +105,26 @@ def run(args: argparse.Namespace) -> int:
     configure_logging(args.quiet)
     settings = settings_from(args)
     return job.run(settings, args.master)
+
+
+def add_demo_parser(subparsers: Any) -> None:
+    from coordinator.stream import demo
+
+    parser = subparsers.add_parser(
+        "demo",
+        help="the Spark job with live members: a group forms, one crashes, it rebalances",
+        description=demo.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--warehouse", default="warehouse/demo", metavar="DIR")
+    parser.add_argument("--verbose", action="store_true", help="the job's per-batch log lines")
+    parser.set_defaults(run=run_demo)
+
+
+def run_demo(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from coordinator.stream import demo
+
+    configure_logging(not args.verbose)
+    return demo.run_demo(Path(args.warehouse), sys.stdout)

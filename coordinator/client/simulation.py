@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from coordinator.client.member import GroupMember
-from coordinator.client.transport import Callback, InProcessTransport, SimClock
+from coordinator.client.transport import Callback, InProcessTransport, SimClock, Transport
 from coordinator.config import CoordinatorConfig
 from coordinator.engine import GroupCoordinator
 from coordinator.ids import SequentialIds
@@ -23,7 +23,7 @@ from coordinator.ids import SequentialIds
 class MemberLink:
     """One member's connection: it can be cut, as when the member's process dies."""
 
-    def __init__(self, network: InProcessTransport) -> None:
+    def __init__(self, network: Transport) -> None:
         self.network = network
         self.alive = True
 

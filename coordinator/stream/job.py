@@ -171,6 +171,10 @@ class BatchFigures:
     write_ms: float = 0.0
 
 
+class BatchInterrupted(RuntimeError):
+    """A batch cut short by stopping the query; it was not committed and will be re-run."""
+
+
 class BatchSink:
     """``foreachBatch``: evaluate the operator exactly once, split its rows, write the tables.
 
@@ -187,10 +191,19 @@ class BatchSink:
         self.after_write = after_write
         self.figures: dict[int, BatchFigures] = {}
         self.last_activity = time.monotonic()
+        self.stopping = False
         self._lock = threading.Lock()
 
     def __call__(self, df: Any, batch_id: int) -> None:
-        table = df.toArrow()
+        try:
+            table = df.toArrow()
+        except Exception:
+            if self.stopping:
+                # Cut short by stop(): fail the batch (Spark re-runs it on the next start) with
+                # a short error; the whole py4j trace overflows a regex in Spark's error
+                # handling and prints a StackOverflowError.
+                raise BatchInterrupted(f"batch {batch_id} interrupted by stop()") from None
+            raise
         self.write(table.to_pylist(), batch_id)
 
     def write(self, rows: list[dict[str, Any]], batch_id: int) -> BatchFigures:
@@ -334,6 +347,7 @@ class RunningJob:
             self.query.sparkSession.streams.removeListener(self.listener)
         # A batch cut short by the stop fails inside foreachBatch, and py4j prints its
         # traceback; that batch was not committed and is re-run on the next start.
+        self.sink.stopping = True
         py4j_log = logging.getLogger("py4j.clientserver")
         level = py4j_log.level
         py4j_log.setLevel(logging.CRITICAL)
