@@ -407,8 +407,15 @@ def start(
         .trigger(processingTime=f"{job.trigger_interval_ms} milliseconds")
         .start()
     )
+    context = spark.sparkContext
+    executors = context._jsc.sc().getExecutorMemoryStatus().size() - (
+        0 if context.master.startswith("local[") else 1
+    )
     log.info(
-        "coordinator started: inbox %s, tables %s, checkpoint %s (%s-keyed, %d shards)",
+        "coordinator started on %s (%d executors): inbox %s, tables %s, checkpoint %s "
+        "(%s-keyed, %d shards)",
+        context.master,
+        executors,
         paths.inbox,
         paths.tables,
         paths.checkpoint,
