@@ -1,0 +1,157 @@
+"""The stateful operator's pure half and the job's settings, without Spark."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import random
+
+import pytest
+
+from coordinator.config import CoordinatorConfig
+from coordinator.group.snapshot import decode_group
+from coordinator.stream import operator as op
+from coordinator.stream.settings import (
+    CONF_DIR,
+    JobSettings,
+    checkpoint_identity,
+    load_settings,
+)
+
+SETTINGS = op.OperatorSettings(CoordinatorConfig(group_initial_rebalance_delay_ms=0), b"s" * 32)
+
+
+def join(rid: str, member_id: str = "") -> str:
+    return json.dumps(
+        {
+            "api": "join_group",
+            "request_id": rid,
+            "group_id": "g",
+            "member_id": member_id,
+            "client_id": "c",
+            "session_timeout_ms": 10_000,
+            "protocol_type": "consumer",
+            "protocols": [{"name": "range", "metadata": ""}],
+        }
+    )
+
+
+def commit(rid: str, offset: int) -> str:
+    return json.dumps(
+        {
+            "api": "offset_commit",
+            "request_id": rid,
+            "group_id": "g",
+            "generation_id": -1,
+            "member_id": "",
+            "offsets": [{"topic": "t", "partition": 0, "offset": offset}],
+        }
+    )
+
+
+def lines(values: list[str], source: str = "file:/inbox/a.jsonl") -> list[op.InboxLine]:
+    return [op.InboxLine(v, source, i, "g") for i, v in enumerate(values)]
+
+
+def responses(outcome: op.GroupOutcome) -> list[dict]:
+    return [json.loads(r[7]) for r in outcome.rows if r[0] == op.RESPONSE]
+
+
+def test_lines_apply_in_file_and_line_order_whatever_order_they_arrive_in():
+    ordered = lines([commit(f"c{i}", i) for i in range(5)], "file:/inbox/1.jsonl")
+    ordered += lines([commit("late", 99)], "file:/inbox/2.jsonl")
+    shuffled = list(ordered)
+    random.Random(7).shuffle(shuffled)
+    a = op.run_group(SETTINGS, "g", None, ordered, 1_000)
+    b = op.run_group(SETTINGS, "g", None, shuffled, 1_000)
+    assert a.rows == b.rows and a.blob == b.blob
+    assert [r["request_id"] for r in responses(a)] == ["c0", "c1", "c2", "c3", "c4", "late"]
+    assert decode_group(a.blob).offsets[("t", 0)].committed_offset == 99
+
+
+def test_a_step_is_a_function_of_the_state_and_the_input():
+    first = op.run_group(SETTINGS, "g", None, lines([join("j1")]), 1_000)
+    member_id = responses(first)[0]["member_id"]
+    again = op.run_group(SETTINGS, "g", None, lines([join("j1")]), 1_000)
+    assert again.rows == first.rows  # same seed, group and request id: the same member id
+    other_seed = dataclasses.replace(SETTINGS, seed=b"t" * 32)
+    assert (
+        responses(op.run_group(other_seed, "g", None, lines([join("j1")]), 1_000))[0]["member_id"]
+        != member_id
+    )
+    second = op.run_group(SETTINGS, "g", first.blob, lines([join("j2", member_id)]), 2_000)
+    replayed = op.run_group(SETTINGS, "g", first.blob, lines([join("j2", member_id)]), 2_000)
+    assert second.rows == replayed.rows and second.blob == replayed.blob
+    assert second.deadline_ms == replayed.deadline_ms is not None
+
+
+def test_unreadable_lines_are_rejected_and_change_nothing():
+    bad = ["{oops", "[1, 2]", json.dumps({"api": "heartbeat", "group_id": "g"})]
+    outcome = op.run_group(SETTINGS, "g", None, lines(bad), 1_000)
+    kinds = [r[0] for r in outcome.rows]
+    assert kinds == [op.REJECTED] * 3
+    assert outcome.blob is None
+    reasons = [json.loads(r[7])["reason"] for r in outcome.rows]
+    assert "not a JSON object" in reasons[0] and "no request_id" in reasons[2]
+
+
+def test_list_groups_goes_to_the_sink_and_find_coordinator_is_answered_here():
+    outcome = op.run_group(
+        SETTINGS,
+        "",
+        None,
+        lines(
+            [
+                json.dumps({"api": "list_groups", "request_id": "l"}),
+                json.dumps({"api": "find_coordinator", "request_id": "f", "group_id": ""}),
+            ]
+        ),
+        1_000,
+    )
+    assert [r[0] for r in outcome.rows] == [op.LIST_GROUPS, op.RESPONSE]
+    assert json.loads(outcome.rows[1][7])["node_id"] == 0
+
+
+def test_the_summary_row_appears_when_the_group_changes_and_says_dead_when_it_goes():
+    created = op.run_group(SETTINGS, "g", None, lines([commit("c", 1)]), 1_000)
+    summaries = [json.loads(r[7]) for r in created.rows if r[0] == op.GROUP]
+    assert summaries[0]["state"] == "Empty" and summaries[0]["num_committed_offsets"] == 1
+    fetch = json.dumps({"api": "offset_fetch", "request_id": "f", "group_id": "g"})
+    unchanged = op.run_group(SETTINGS, "g", created.blob, lines([fetch]), 2_000)
+    assert [r[0] for r in unchanged.rows] == [op.RESPONSE]
+    delete = json.dumps({"api": "delete_groups", "request_id": "d", "group_id": "g"})
+    deleted = op.run_group(SETTINGS, "g", created.blob, lines([delete]), 3_000)
+    assert deleted.blob is None
+    assert [json.loads(r[7])["state"] for r in deleted.rows if r[0] == op.GROUP] == ["Dead"]
+
+
+def test_shard_state_round_trips_and_steps_only_due_or_addressed_groups():
+    state = {"a": (5_000, b"blob-a"), "b": (None, b"blob-b"), "\u00e9": (1, b"")}
+    assert op.decode_shard(op.encode_shard(state)) == state
+    with pytest.raises(ValueError, match="format"):
+        op.decode_shard(b"\x09" + op.encode_shard(state)[1:])
+
+    joined = op.run_shard(SETTINGS, {}, lines([join("j1")]), 1_000)
+    assert set(joined.state) == {"g"}
+    deadline = joined.deadline_ms
+    assert deadline is not None
+    quiet = op.run_shard(SETTINGS, dict(joined.state), [], deadline - 1)
+    assert quiet.rows == [] and quiet.state == joined.state
+    fired = op.run_shard(SETTINGS, dict(joined.state), [], deadline)
+    assert fired.rows[0][0] == op.TICK
+
+
+def test_conf_job_properties_lists_the_defaults():
+    assert load_settings([]).job == JobSettings()
+    assert (CONF_DIR / "job.properties").exists()
+
+
+def test_the_checkpoint_pins_shards_state_key_and_partitions(tmp_path):
+    settings = load_settings([], warehouse=str(tmp_path))
+    first = checkpoint_identity(settings)
+    assert checkpoint_identity(settings) == first
+    for change in ({"shards": 4}, {"state_key": "shard"}):
+        with pytest.raises(ValueError, match="fixed per checkpoint"):
+            checkpoint_identity(load_settings([], warehouse=str(tmp_path), **change))
+    other = load_settings([], warehouse=str(tmp_path / "other"))
+    assert checkpoint_identity(other).app_id != first.app_id
