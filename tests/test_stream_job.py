@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import random
 import time
 from pathlib import Path
 from typing import Any
@@ -318,6 +319,9 @@ def test_bad_lines_get_answers_or_land_in_rejected_requests(coordinator: Running
 def test_kafka_partition_expression_matches_partition_for(spark):
     names = ["", "a", "group-1", "héllo", "𝄞x", "x" * 300, "polygenelubricants", "GydZG_"]
     names += [f"group-{i}" for i in range(200)]
+    rng = random.Random(11)
+    alphabet = "az-_.09" + "éß中文" + "\U0001d11e\U0001f600"
+    names += ["".join(rng.choice(alphabet) for _ in range(rng.randint(1, 40))) for _ in range(300)]
     frame = spark.createDataFrame([(n,) for n in names], "g string")
     for partitions in (1, 50, 7):
         rows = frame.selectExpr("g", f"{job.kafka_partition_expr('g', partitions)} AS p").collect()

@@ -77,7 +77,7 @@ def kafka_partition_expr(column: str, num_partitions: int) -> str:
     """Kafka's ``partitionFor`` in Spark SQL: ``Utils.abs(String.hashCode) % n``.
 
     Java's hash runs over UTF-16 code units (4 hex digits each of the UTF-16BE encoding) in
-    64-bit arithmetic kept below 2^32; ``& 0x7fffffff`` is ``Utils.abs`` on the signed value
+    64-bit arithmetic kept below 2^32, then ``Utils.abs`` of the signed 32-bit value
     (Integer.MIN_VALUE maps to 0, as in Kafka)."""
     units = f"hex(encode({column}, 'UTF-16BE'))"
     hashed = (
@@ -85,7 +85,13 @@ def kafka_partition_expr(column: str, num_partitions: int) -> str:
         f"(acc, i) -> (acc * 31 + cast(conv(substr({units}, i * 4 + 1, 4), 16, 10) as bigint))"
         f" % 4294967296L))"
     )
-    return f"cast((({hashed}) % 2147483648L) % {num_partitions} as int)"
+    # Utils.abs of the signed value: h >= 2^31 is negative in Java, its absolute value 2^32 - h
+    # (the one-element transform binds h once instead of computing the hash three times).
+    absolute = (
+        f"transform(array({hashed}), "
+        f"h -> if(h >= 2147483648L, if(h = 2147483648L, 0L, 4294967296L - h), h))[0]"
+    )
+    return f"cast(({absolute}) % {num_partitions} as int)"
 
 
 def inbox_stream(spark: Any, settings: Settings) -> Any:
