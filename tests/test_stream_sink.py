@@ -21,6 +21,7 @@ from coordinator import CoordinatorConfig, jsonio
 from coordinator.log.records import RECORD_FIELDS
 from coordinator.requests import Request, parse
 from coordinator.stream import schema, sink
+from coordinator.stream.operator import group_summary
 from coordinator.stream.schema import CONSUMER_OFFSETS, GROUP_STATE, REJECTED_REQUESTS, RESPONSES
 from coordinator.stream.sink import (
     BatchOrderError,
@@ -46,33 +47,8 @@ GROUPS = ["alpha", "beta", "gamma", "delta", "epsilon"]
 
 
 def summary(ctx: Ctx, group_id: str) -> dict[str, Any]:
-    """The group_state row of one group as the job would build it (Dead once it is gone)."""
-    group = ctx.c.group(group_id)
-    base = {"group_id": group_id, "offsets_partition": ctx.c.partition_for(group_id)}
-    if group is None:
-        return {**base, "state": "Dead", "num_members": 0, "num_committed_offsets": 0}
-    return {
-        **base,
-        "state": group.state.value,
-        "protocol_type": group.protocol_type,
-        "protocol_name": group.protocol_name,
-        "generation_id": group.generation_id,
-        "leader": group.leader_id,
-        "num_members": len(group.members),
-        "members": [
-            {
-                "member_id": m.member_id,
-                "group_instance_id": m.group_instance_id,
-                "client_id": m.client_id,
-                "client_host": m.client_host,
-                "session_timeout_ms": m.session_timeout_ms,
-                "rebalance_timeout_ms": m.rebalance_timeout_ms,
-            }
-            for m in group.members.values()
-        ],
-        "num_committed_offsets": len(group.offsets),
-        "state_timestamp_ms": group.current_state_timestamp_ms,
-    }
+    """The group_state row of one group as the job builds it (Dead once it is gone)."""
+    return group_summary(group_id, ctx.c.group(group_id), ctx.c.partition_for(group_id))
 
 
 class Feed:
