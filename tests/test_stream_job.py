@@ -24,13 +24,16 @@ from tests.stream_support import RunningCoordinator
 pytestmark = pytest.mark.slow
 
 TOPIC = "orders"
+#: Members here only heartbeat when a test says so, and a step costs a micro-batch (several
+#: seconds on a loaded 2-core box): sessions must outlast a whole test unless it wants them to end.
+SESSION_MS = 60_000
 
 
 def subscription() -> str:
     return base64.b64encode(encode_subscription(Subscription((TOPIC,)))).decode()
 
 
-def join(rid: str, group: str, member_id: str = "", session_ms: int = 10_000, **extra: Any):
+def join(rid: str, group: str, member_id: str = "", session_ms: int = SESSION_MS, **extra: Any):
     return {
         "api": "join_group",
         "request_id": rid,
@@ -87,7 +90,7 @@ def fetch(rid: str, group: str):
     return {"api": "offset_fetch", "request_id": rid, "group_id": group, "partitions": None}
 
 
-def form_group(c: RunningCoordinator, group: str, n: int, session_ms: int = 10_000):
+def form_group(c: RunningCoordinator, group: str, n: int, session_ms: int = SESSION_MS):
     """Join ``n`` members (KIP-394's two-step join) and sync; returns (generation, member ids)."""
     first = c.requests([join(f"{group}-j{i}", group, session_ms=session_ms) for i in range(n)])
     assert {r["error"] for r in first} == {"MEMBER_ID_REQUIRED"}
