@@ -52,9 +52,11 @@ def add_parser(subparsers: Any) -> None:
         help="each member's heartbeat interval; 0 = as soon as the last one is answered",
     )
     stream.add_argument("--seconds", type=float, help="measured time after the warm-up (60)")
-    stream.add_argument("--warmup", type=float, help="seconds of load before measuring (10)")
     stream.add_argument(
-        "--modes", default="group,shard,floor", help="any of group, shard, floor (in run order)"
+        "--warmup", type=float, help="seconds of load before measuring (20; first mode 2x)"
+    )
+    stream.add_argument(
+        "--modes", default="floor,group,shard", help="any of floor, group, shard (in run order)"
     )
     stream.add_argument(
         "--trigger-interval", type=int, metavar="MS", help="job.trigger.interval.ms"
