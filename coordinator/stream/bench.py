@@ -1066,6 +1066,11 @@ def format_report(result: dict[str, Any]) -> str:
                 "  (throughput is the offered load unless a backlog grows: run with "
                 "--heartbeat-ms 0 to measure capacity)"
             )
+        else:
+            lines.append(
+                "  (closed loop: throughput = members in flight / round trip; it measures "
+                "capacity only with enough members to fill every batch)"
+            )
     if result["warehouse"]:
         lines.append(f"warehouses kept under {result['warehouse']}")
     return "\n".join(lines)
