@@ -50,8 +50,7 @@ import pyarrow.parquet as pq
 from coordinator.stream import job, operator
 from coordinator.stream.client import Inbox, ResponseReader, StreamClient
 from coordinator.stream.schema import CONSUMER_OFFSETS, RESPONSES, Warehouse
-from coordinator.stream.settings import Settings, checkpoint_identity, load_settings
-from coordinator.stream.sink import DeltaSink, Housekeeping
+from coordinator.stream.settings import Settings, load_settings
 
 GROUP = operator.GROUP_KEY
 SHARD = operator.SHARD_KEY
@@ -165,33 +164,12 @@ def floor_function(key: tuple[Any, ...], frames: Iterator[Any], state: Any) -> I
         yield pd.DataFrame.from_records(rows, columns=operator.OUTPUT_COLUMNS)
 
 
-def start_floor(
-    spark: Any, settings: Settings, after_write: Callable[[job.BatchFigures], None] | None = None
-) -> job.RunningJob:
-    """The floor query: ``job.inbox_stream`` -> the floor function keyed by group id, with the
-    job's timeout mode -> the job's ``BatchSink`` on a ``DeltaSink``, the same trigger and
-    progress listener as ``job.start``."""
+def floor_stream(spark: Any, settings: Settings, opsettings: operator.OperatorSettings) -> Any:
+    """The floor's stream: ``job.inbox_stream`` -> the floor function keyed by group id, with
+    the job's timeout mode and output schema."""
     from pyspark.sql.streaming.state import GroupStateTimeout
 
-    identity = checkpoint_identity(settings)
-    config = settings.job
-    sink = job.BatchSink(
-        DeltaSink(
-            config.paths.tables,
-            identity.app_id,
-            Housekeeping(
-                compact_every_batches=config.compact_every_batches,
-                checkpoint_every_batches=config.checkpoint_every_batches,
-                vacuum_every_batches=config.vacuum_every_batches,
-                vacuum_retention_hours=config.vacuum_retention_hours,
-            ),
-        ),
-        after_write,
-    )
-    job.warm_up(spark, config.shards)
-    listener = job.progress_listener(sink, config.paths)
-    spark.streams.addListener(listener)
-    query = (
+    return (
         job.inbox_stream(spark, settings)
         .groupBy("group_id")
         .applyInPandasWithState(
@@ -201,14 +179,16 @@ def start_floor(
             "Update",
             GroupStateTimeout.ProcessingTimeTimeout,
         )
-        .writeStream.queryName(f"{job.QUERY_NAME}-floor")
-        .outputMode("update")
-        .foreachBatch(sink)
-        .option("checkpointLocation", str(config.paths.checkpoint))
-        .trigger(processingTime=f"{config.trigger_interval_ms} milliseconds")
-        .start()
     )
-    return job.RunningJob(query, sink, settings, listener)
+
+
+def start_floor(
+    spark: Any, settings: Settings, after_write: Callable[[job.BatchFigures], None] | None = None
+) -> job.RunningJob:
+    """The floor query: the job's own sink, trigger and listener around a trivial function."""
+    return job.start(
+        spark, settings, after_write, stream=floor_stream, query_name=f"{job.QUERY_NAME}-floor"
+    )
 
 
 # --- requests ---------------------------------------------------------------------------------

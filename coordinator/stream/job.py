@@ -376,10 +376,21 @@ class RunningJob:
             raise RuntimeError(f"the coordinator query failed: {exception}")
 
 
+#: Builds the streaming DataFrame of operator output rows (``coordinator_stream`` or a stand-in,
+#: such as the benchmark's floor pipeline).
+StreamBuilder = Callable[[Any, Settings, operator.OperatorSettings], Any]
+
+
 def start(
-    spark: Any, settings: Settings, after_write: Callable[[BatchFigures], None] | None = None
+    spark: Any,
+    settings: Settings,
+    after_write: Callable[[BatchFigures], None] | None = None,
+    *,
+    stream: StreamBuilder = coordinator_stream,
+    query_name: str = QUERY_NAME,
 ) -> RunningJob:
-    """Start the coordinator query on ``spark`` with ``settings``."""
+    """Start the coordinator query on ``spark`` with ``settings``: ``stream``'s rows into the
+    Delta sink, with the job's trigger, checkpoint, warm-up and progress listener."""
     identity = checkpoint_identity(settings)
     job = settings.job
     paths = job.paths
@@ -405,8 +416,8 @@ def start(
     listener = progress_listener(sink, paths)
     spark.streams.addListener(listener)
     query = (
-        coordinator_stream(spark, settings, opsettings)
-        .writeStream.queryName(QUERY_NAME)
+        stream(spark, settings, opsettings)
+        .writeStream.queryName(query_name)
         .outputMode("update")
         .foreachBatch(sink)
         .option("checkpointLocation", str(paths.checkpoint))
