@@ -155,3 +155,22 @@ def test_the_checkpoint_pins_shards_state_key_and_partitions(tmp_path):
             checkpoint_identity(load_settings([], warehouse=str(tmp_path), **change))
     other = load_settings([], warehouse=str(tmp_path / "other"))
     assert checkpoint_identity(other).app_id != first.app_id
+
+
+def test_set_pairs_are_routed_like_a_settings_file():
+    import argparse
+
+    from coordinator.cli.run import add_job_options, settings_from
+
+    parser = argparse.ArgumentParser()
+    add_job_options(parser)
+    pairs = ["group.initial.rebalance.delay.ms=0", "job.shards=3", "spark.driver.memory=1g"]
+    args = parser.parse_args(
+        [arg for pair in pairs for arg in ("--set", pair)] + ["--trigger-interval", "50"]
+    )
+    settings = settings_from(args)
+    assert settings.coordinator.group_initial_rebalance_delay_ms == 0
+    assert (settings.job.shards, settings.job.trigger_interval_ms) == (3, 50)
+    assert settings.spark["spark.driver.memory"] == "1g"
+    with pytest.raises(ValueError, match="key=value"):
+        settings_from(parser.parse_args(["--set", "nonsense"]))

@@ -54,21 +54,12 @@ def add_job_options(parser: argparse.ArgumentParser) -> None:
 
 def settings_from(args: argparse.Namespace) -> Any:
     """Settings from ``conf/``, the ``--conf`` files, ``--set`` and the options."""
-    import tempfile
-
+    from coordinator.cli.settings import parse_set
     from coordinator.stream.settings import load_settings
 
-    conf_files = list(args.conf or [])
-    if args.set:
-        # --set pairs are one more settings file, read last.
-        with tempfile.NamedTemporaryFile("w", suffix=".properties", delete=False) as extra:
-            for item in args.set:
-                if "=" not in item:
-                    raise ValueError(f"--set expects key=value, got {item!r}")
-                extra.write(item + "\n")
-        conf_files.append(extra.name)
     return load_settings(
-        conf_files,
+        args.conf,
+        parse_set(args.set),
         warehouse=args.warehouse,
         inbox=args.inbox,
         checkpoint=args.checkpoint,

@@ -24,14 +24,21 @@ def read_properties(path: str | Path) -> dict[str, str]:
     return values
 
 
+def parse_set(items: list[str] | None) -> dict[str, str]:
+    """``--set key=value`` options as a mapping (later ones win)."""
+    values: dict[str, str] = {}
+    for item in items or []:
+        if "=" not in item:
+            raise ValueError(f"--set expects key=value, got {item!r}")
+        key, value = item.split("=", 1)
+        values[key.strip()] = value.strip()
+    return values
+
+
 def load_config(files: list[str] | None, overrides: list[str] | None) -> CoordinatorConfig:
     """Kafka's defaults, then each properties file in turn, then each ``key=value`` override."""
     values: dict[str, str] = {}
     for path in files or []:
         values.update(read_properties(path))
-    for item in overrides or []:
-        if "=" not in item:
-            raise ValueError(f"--set expects key=value, got {item!r}")
-        key, value = item.split("=", 1)
-        values[key.strip()] = value.strip()
+    values.update(parse_set(overrides))
     return CoordinatorConfig.from_mapping(values)

@@ -111,8 +111,13 @@ def read_spark_defaults(path: Path) -> dict[str, str]:
     return values
 
 
-def load_settings(conf_files: list[str] | None = None, **overrides: Any) -> Settings:
-    """The defaults in ``conf/``, then each ``--conf`` file, then the given overrides."""
+def load_settings(
+    conf_files: list[str] | None = None,
+    values: dict[str, str] | None = None,
+    **overrides: Any,
+) -> Settings:
+    """The defaults in ``conf/``, then each ``--conf`` file, then ``values`` (``--set`` pairs,
+    routed like a file's keys), then the given job overrides."""
     coordinator: dict[str, str] = {}
     job: dict[str, str] = {}
     spark: dict[str, str] = {}
@@ -122,8 +127,9 @@ def load_settings(conf_files: list[str] | None = None, **overrides: Any) -> Sett
         job.update(read_properties(CONF_DIR / "job.properties"))
     if (CONF_DIR / "spark-defaults.conf").exists():
         spark.update(read_spark_defaults(CONF_DIR / "spark-defaults.conf"))
-    for path in conf_files or []:
-        for key, value in read_properties(path).items():
+    layers = [read_properties(path) for path in conf_files or []] + [values or {}]
+    for layer in layers:
+        for key, value in layer.items():
             if key.startswith("spark."):
                 spark[key] = value
             elif key.startswith("job."):
