@@ -12,7 +12,7 @@ _MEMBER_ID = re.compile(
 )
 
 
-def _short(member_id: str | None) -> str:
+def short_member_id(member_id: str | None) -> str:
     """``consumer-1-<uuid ending 0003>`` -> ``consumer-1-…0003``: enough to tell members apart."""
     if not member_id:
         return "-"
@@ -41,18 +41,18 @@ class Timeline:
                 members = f", sees {len(item['members'])} members" if item["members"] else ""
                 skip = ", keeps its assignment" if item.get("skip_assignment") else ""
                 return (
-                    f"{_short(item['member_id'])} joins generation {item['generation_id']} "
+                    f"{short_member_id(item['member_id'])} joins generation {item['generation_id']} "
                     f"as {role} ({item['protocol_name']}{members}{skip})"
                 )
-            return f"member id {_short(item['member_id'])}"
+            return f"member id {short_member_id(item['member_id'])}"
         if api == "sync_group" and item["error"] is None:
             return f"assignment {len(item['assignment'])} bytes"
         if api == "leave_group":
             return ", ".join(
-                f"{_short(m['member_id'])}: {m['error'] or 'ok'}" for m in item["members"]
+                f"{short_member_id(m['member_id'])}: {m['error'] or 'ok'}" for m in item["members"]
             )
         if api == "describe_groups":
-            members = ", ".join(_short(m["member_id"]) for m in item["members"])
+            members = ", ".join(short_member_id(m["member_id"]) for m in item["members"])
             return f"{item['group_state']} [{members}]"
         if api in ("offset_commit", "offset_fetch", "offset_delete"):
             parts = []
@@ -69,9 +69,9 @@ class Timeline:
         for group_id in coordinator.group_ids():
             group = coordinator.group(group_id)
             assert group is not None
-            members = ", ".join(_short(m) for m in group.members)
+            members = ", ".join(short_member_id(m) for m in group.members)
             self.out.write(
                 f"  -> {group_id}: {group.state.value}, generation {group.generation_id}, "
-                f"leader {_short(group.leader_id)}, members [{members}], "
+                f"leader {short_member_id(group.leader_id)}, members [{members}], "
                 f"{len(group.offsets)} committed offsets\n"
             )

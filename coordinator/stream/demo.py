@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
-from coordinator.cli.timeline import Timeline, _short
+from coordinator.cli.timeline import Timeline, short_member_id
 from coordinator.client.assignors import TopicPartition
 from coordinator.client.member import GroupMember, MemberConfig
 from coordinator.client.simulation import MemberLink
@@ -111,7 +111,7 @@ class Demo:
         for name, member in sorted(self.members.items()):
             parts = ", ".join(str(tp.partition) for tp in member.assignment)
             self.say(
-                f"  {name} ({_short(member.member_id)}) generation {member.generation_id}: "
+                f"  {name} ({short_member_id(member.member_id)}) generation {member.generation_id}: "
                 f"{TOPIC} [{parts}]"
             )
 
@@ -197,7 +197,7 @@ def print_tables(settings: Settings, out: TextIO) -> None:
 
     state = pa.table(DeltaTable(str(paths.table("group_state"))).to_pyarrow_table()).to_pylist()
     for row in state:
-        members = ", ".join(_short(m["member_id"]) for m in row["members"])
+        members = ", ".join(short_member_id(m["member_id"]) for m in row["members"])
         out.write(
             f"  group_state: {row['group_id']} {row['state']}, generation "
             f"{row['generation_id']}, members [{members}], {row['num_committed_offsets']} "
