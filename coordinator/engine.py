@@ -427,8 +427,16 @@ def on_loaded(ctx: GroupContext, group: ClassicGroup) -> None:
             heartbeat_key(member.member_id), member.session_timeout_ms, HEARTBEAT, member.member_id
         )
     ctx.ensure_expiry_timer(group)
-    if len(group.members) > ctx.config.group_max_size:
-        membership.prepare_rebalance(ctx, group)
+    limit = ctx.config.group_max_size
+    if len(group.members) > limit:
+        # In case the max size config has changed (Kafka 4.x's words, GroupMetadataManager).
+        membership.prepare_rebalance(
+            ctx,
+            group,
+            f"Freshly-loaded group {group.group_id} (size {len(group.members)}) is over "
+            f"capacity {limit}. Rebalancing in order to give a chance for consumers to commit "
+            "offsets",
+        )
 
 
 def _head(group: ClassicGroup) -> int | None:

@@ -165,6 +165,7 @@ def hand_built() -> ClassicGroup:
         timers=timers,
         timer_heap=heap,
         timer_seq=14,
+        rebalance_reason="Removing member gone-9 on LeaveGroup; client reason: \u00e9t\u00e9",
     )
 
 
@@ -182,7 +183,7 @@ def test_the_model_has_exactly_the_fields_the_snapshot_knows() -> None:
             "protocol_type", "protocol_name", "leader_id", "members", "static_members",
             "pending_members", "pending_sync_members", "num_awaiting_join",
             "supported_protocols", "subscribed_topics", "new_member_added", "offsets", "timers",
-            "timer_heap", "timer_seq",
+            "timer_heap", "timer_seq", "rebalance_reason",
         ],
         "Member": [
             "member_id", "group_instance_id", "client_id", "client_host", "rebalance_timeout_ms",
@@ -337,7 +338,7 @@ def test_a_member_stored_under_another_key_keeps_its_key() -> None:
 
 def test_identical_groups_encode_identically_and_the_version_comes_first() -> None:
     assert encode_group(hand_built()) == encode_group(hand_built())
-    assert encode_group(hand_built())[0] == SNAPSHOT_VERSION == 1
+    assert encode_group(hand_built())[0] == SNAPSHOT_VERSION == 2
 
 
 #: A version-1 blob as this release wrote it: later releases must still read it.
@@ -377,8 +378,102 @@ def golden_group() -> ClassicGroup:
 def test_a_version_1_blob_still_decodes() -> None:
     blob = encode_group(golden_group())
     assert decode_group(blob) == golden_group()
-    # To refresh GOLDEN_V1 after a deliberate v1 change (there should be none): print(blob.hex())
-    assert decode_group(GOLDEN_V1) == golden_group(), blob.hex()
+    # GOLDEN_V1 is frozen: version 1 is no longer written, only read.
+    assert decode_group(GOLDEN_V1) == golden_group()
+
+
+#: Version 2 appends the rebalance reason to version 1's body.
+GOLDEN_V2 = bytes.fromhex(
+    "02"  # version 2
+    "00"  # codec: raw body
+    "0667"
+    "81a0abfef962"
+    "0302"
+    "02"
+    "22636f6e73756d6572"
+    "1672616e6765"
+    "00"
+    "00000000"
+    "00"
+    "00"
+    "00"
+    "00"
+    "000000"
+    "00"  # version 1's body, as in GOLDEN_V1
+    "0e776879"  # rebalance_reason: a new string of 3 bytes (3 << 2 | 2), "why"
+    "5ff5b9a8"  # CRC-32
+)
+
+
+def test_a_version_2_blob_holds_the_rebalance_reason() -> None:
+    group = golden_group()
+    group.rebalance_reason = "why"
+    blob = encode_group(group)
+    # To refresh GOLDEN_V2 after a deliberate v2 change (there should be none): print(blob.hex())
+    assert blob == GOLDEN_V2, blob.hex()
+    assert decode_group(GOLDEN_V2) == group
+
+
+#: Real version-1 blobs, written by the release before version 2 (``encode_group`` of
+#: ``hand_built()`` without its rebalance reason, and of ``v1_engine_group()``'s group): both
+#: zlib-compressed. They must decode as long as a checkpoint may hold them.
+HAND_BUILT_V1 = bytes.fromhex(
+    "0101789cedd8bf6a1b311c0770fd39dda56d928333313483438df1e0a2a417432174edd20e1df206f25971d4"
+    "daba43ba965ca6e60962c8d2a19050b284d2123a171ac892cd7e82f411ea351decea1cf01b74fb7d349c74fa"
+    "e9fbbb5bd54a4d571acb45961d9d7d9dde75305dae27a9b6ef07d2548dd03d59b7b9c855c2631ab494760b9d"
+    "482ed693be923a6f6ec5cf36cb115f8d1ac35f8c126610450861e4df47cf1cb746b3b9d7499a66d2b8c00f92"
+    "5b17fbaec02d8485b5aaa7651721c26ab6d00937f143baeba36ab7d07c1b3593fef5059f9c7efab8b2e88343"
+    "4c30a5ab4bacf636559a9beda8ec333fd1468f56a6ae5d589662c658b9831f04a49949dd55bac70f1733411e"
+    "0784303ff4bcf5fb4fae67a218b89fb3b5c3eb9f4625fb986ef8e795301ac85cdc60b4e1c2c80d3e9afcd87d"
+    "52c5e4cb677c000000000000000000000000f8ef8e4f6ec77f3b9879ad7d294cde9122e7c1f0f7e5f4ae536d"
+    "2e5eb1c07b5a1987fe16ab44e5d5e19f5346bdbad22a57a2cfdb4b844e36e9f8ac11953791ee4976e8f2f374"
+    "6fcfca9ccb834c99e26ad4587b8182d1f7577efbf296457119d19e97ceb766df5eaef2e11b8ffbff007fc7c1"
+    "f929defe41"
+)
+ENGINE_V1 = bytes.fromhex(
+    "0101789c634bdfba70f5bf9f49cc4c4c4ac9f979c5a5b9a94562458979e9a9f318330d750da000ccd0350111"
+    "16302e141832b173651a4a25e764a6e69568e91b1a99eb1900a1e10bf617eccc4cac490ccc0c0c0c8c0c4c25"
+    "86ff8100c866f80f065a45f9a5792945f94999794c44db05d2be8e116217311a8c18b879c10e616465244d1f"
+    "c8d19cec40928995859f8989abc490815198818b812d978181d92c3f2dad38b54437b5a220b3a8f28e0f9338"
+    "038b56466a625149526a62892efb671721353897959d45529081499655909581519a8149fe8b8bb0f8864615"
+    "26691136791e0001655cee5e0aaa55"
+)
+
+
+def v1_engine_group() -> ClassicGroup:
+    """A static leader and a dynamic follower joined, synced and committed through ``step``: the
+    group ENGINE_V1 was encoded from (before groups had a rebalance reason)."""
+    d = Driver()
+    d.step(
+        [d.join("s1", instance="i1", protos=[("range", sub("t1")), ("roundrobin", b"")])],
+        1_700_000_000_000,
+    )
+    leader = d.members[0]
+    d.step([d.join(2, "")], now=1_700_000_000_005)
+    follower = d.members[1]
+    d.step([d.join(3, follower)], now=1_700_000_000_010)
+    d.tick(40)
+    d.tick(40)
+    gen = d.generation()
+    d.step([d.sync("s4", leader, gen, {m: m.encode() for m in d.members}, instance="i1")])
+    d.step([d.sync(5, follower, gen)])
+    d.step([d.commit(6, {("t1", 0): 5}, member_id=follower, generation=gen)])
+    assert d.group is not None and d.state() is GroupState.STABLE
+    return d.group
+
+
+def test_real_version_1_blobs_still_decode_without_a_reason() -> None:
+    assert HAND_BUILT_V1[0] == ENGINE_V1[0] == 1
+    old = dataclasses.replace(hand_built(), rebalance_reason=None)
+    assert decode_group(HAND_BUILT_V1) == old
+    live = v1_engine_group()
+    assert live.rebalance_reason is not None  # today's engine records why it rebalanced
+    decoded = decode_group(ENGINE_V1)
+    assert decoded.rebalance_reason is None
+    assert decoded == dataclasses.replace(live, rebalance_reason=None)
+    # A decoded version-1 group is written back as version 2.
+    assert decode_group(encode_group(decoded)) == decoded
+    assert encode_group(decoded)[0] == 2
 
 
 # -- corrupt input --------------------------------------------------------------------------------
@@ -389,7 +484,7 @@ def test_empty_bytes() -> None:
         decode_group(b"")
 
 
-@pytest.mark.parametrize("version", [0, 2, 127, 300])
+@pytest.mark.parametrize("version", [0, 3, 127, 300])
 def test_unknown_versions(version: int) -> None:
     blob = bytearray(encode_group(hand_built()))
     varint = bytearray()
@@ -433,8 +528,8 @@ def test_random_bytes(data: bytes) -> None:
         decode_group(data)
 
 
-def frame_v1(codec: int, body: bytes) -> bytes:
-    head = bytes((1, codec))
+def frame_v1(codec: int, body: bytes, version: int = 1) -> bytes:
+    head = bytes((version, codec))
     return head + body + zlib.crc32(head + body).to_bytes(4, "big")
 
 
@@ -457,7 +552,7 @@ def test_random_bodies_in_a_valid_frame(body: bytes, codec: int) -> None:
 def test_a_body_with_bytes_left_over() -> None:
     blob = encode_group(golden_group())
     with pytest.raises(SnapshotError, match="left over"):
-        decode_group(frame_v1(0, blob[2:-4] + b"\x00"))
+        decode_group(frame_v1(0, blob[2:-4] + b"\x00", version=2))
 
 
 # -- real engine states ---------------------------------------------------------------------------

@@ -181,6 +181,21 @@ def test_a_group_forms_heartbeats_commits_and_fetches(coordinator: RunningCoordi
         ("payments", "Stable", 1, 2)
     ]
     assert state[0]["num_committed_offsets"] == 3
+    formed = f"Adding new member {ids[0]} with group instance id null; client reason: not provided"
+    assert state[0]["rebalance_reason"] == formed
+
+    # group_history: every change of the summary, batch by batch; the rebalance reads as
+    # PreparingRebalance -> CompletingRebalance -> Stable, each row with the reason.
+    history = sorted(c.rows("group_history"), key=lambda r: r["batch_id"])
+    assert {r["group_id"] for r in history} == {"payments"}
+    states = [r["state"] for r in history]
+    transitions = [s for i, s in enumerate(states) if i == 0 or s != states[i - 1]]
+    assert transitions == ["Empty", "PreparingRebalance", "CompletingRebalance", "Stable"]
+    assert [r["rebalance_reason"] for r in history] == [
+        None if r["state"] == "Empty" else formed for r in history
+    ]
+    assert history[-1]["num_committed_offsets"] == 3
+    assert history[-1]["batch_id"] == state[0]["batch_id"]
 
 
 def test_a_silent_member_times_out_and_the_group_rebalances(coordinator: RunningCoordinator):
@@ -209,6 +224,7 @@ def test_a_silent_member_times_out_and_the_group_rebalances(coordinator: Running
     )
     assert [m["member_id"] for m in state[0]["members"]] == [alive]
     assert silent != alive
+    assert state[0]["rebalance_reason"] == f"removing member {silent} on heartbeat expiration."
 
 
 def test_a_restart_from_the_checkpoint_carries_on(coordinator: RunningCoordinator):

@@ -125,6 +125,26 @@ def test_the_summary_row_appears_when_the_group_changes_and_says_dead_when_it_go
     assert [json.loads(r[7])["state"] for r in deleted.rows if r[0] == op.GROUP] == ["Dead"]
 
 
+def test_the_summary_says_why_the_group_rebalanced_and_keeps_saying_it():
+    first = op.run_group(SETTINGS, "g", None, lines([join("j1")]), 1_000)
+    member_id = responses(first)[0]["member_id"]  # MEMBER_ID_REQUIRED: no rebalance yet
+    (created,) = [json.loads(r[7]) for r in first.rows if r[0] == op.GROUP]
+    assert created["state"] == "Empty" and created["rebalance_reason"] is None
+    joined = op.run_group(SETTINGS, "g", first.blob, lines([join("j2", member_id)]), 2_000)
+    (preparing,) = [json.loads(r[7]) for r in joined.rows if r[0] == op.GROUP]
+    reason = (
+        f"Adding new member {member_id} with group instance id null; client reason: not provided"
+    )
+    assert (preparing["state"], preparing["rebalance_reason"]) == ("PreparingRebalance", reason)
+    assert list(preparing)[-2:] == ["state_timestamp_ms", "rebalance_reason"]
+    # The initial delay (0 here) runs out in the next step: the new generation keeps the reason.
+    completed = op.run_group(SETTINGS, "g", joined.blob, [], 2_001, timed_out=True)
+    (completing,) = [json.loads(r[7]) for r in completed.rows if r[0] == op.GROUP]
+    assert (completing["state"], completing["generation_id"]) == ("CompletingRebalance", 1)
+    assert completing["rebalance_reason"] == reason
+    assert decode_group(completed.blob).rebalance_reason == reason
+
+
 def test_shard_state_round_trips_and_steps_only_due_or_addressed_groups():
     state = {"a": (5_000, b"blob-a"), "b": (None, b"blob-b"), "\u00e9": (1, b"")}
     assert op.decode_shard(op.encode_shard(state)) == state

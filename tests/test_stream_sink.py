@@ -1,5 +1,6 @@
 """The Delta sink: offsets numbered per partition, each batch in each table at most once,
-one current row per group, ListGroups from the table, and housekeeping on schedule.
+one current row per group and every change in the history, ListGroups from the table, older
+tables evolved, and housekeeping on schedule.
 
 No Spark: the sink takes plain Python data. The data is what the engine really emits: a
 :class:`tests.support.Ctx` coordinator runs joins, syncs and commits, and :class:`Feed` cuts
@@ -22,7 +23,13 @@ from coordinator.log.records import RECORD_FIELDS
 from coordinator.requests import Request, parse
 from coordinator.stream import schema, sink
 from coordinator.stream.operator import group_summary
-from coordinator.stream.schema import CONSUMER_OFFSETS, GROUP_STATE, REJECTED_REQUESTS, RESPONSES
+from coordinator.stream.schema import (
+    CONSUMER_OFFSETS,
+    GROUP_HISTORY,
+    GROUP_STATE,
+    REJECTED_REQUESTS,
+    RESPONSES,
+)
 from coordinator.stream.sink import (
     BatchOrderError,
     BatchReport,
@@ -248,6 +255,7 @@ def test_a_replayed_batch_writes_nothing_twice(tables: Path, feed: Feed) -> None
     assert again.tables_skipped == list(schema.TABLES)
     assert again.tables_written == []
     assert (again.records_written, again.responses_written, again.rejected_written) == (0, 0, 0)
+    assert (first.history_written, again.history_written) == (1, 0)
     assert content(tables) == before
     assert s.log_end_offsets() == ends
     assert versions(tables) == table_versions
@@ -294,7 +302,7 @@ def test_a_partial_batch_is_completed_by_its_replay(
     # The same sink object (reloaded after the failure) completes the batch.
     report = write(s, 1, data)
     assert report.tables_skipped == [CONSUMER_OFFSETS]
-    assert report.tables_written == [REJECTED_REQUESTS, GROUP_STATE, RESPONSES]
+    assert report.tables_written == [REJECTED_REQUESTS, GROUP_HISTORY, GROUP_STATE, RESPONSES]
     assert_log_is_numbered(tables, feed.ctx.records)
     assert len(rows(tables, REJECTED_REQUESTS)) == 1
     responses = rows(tables, RESPONSES)
@@ -314,7 +322,8 @@ def test_a_crash_before_the_responses_leaves_the_batch_incomplete_until_replayed
     with pytest.raises(Crash):
         write(s, 1, data)
     monkeypatch.undo()
-    assert txn(tables, CONSUMER_OFFSETS) == txn(tables, GROUP_STATE) == 1
+    assert txn(tables, CONSUMER_OFFSETS) == txn(tables, GROUP_HISTORY) == txn(tables, GROUP_STATE)
+    assert txn(tables, GROUP_STATE) == 1
     # The log holds the commit, but no reader treats batch 1 as complete before its answer.
     assert last_complete_batch(tables, APP) == 0
 
@@ -322,7 +331,7 @@ def test_a_crash_before_the_responses_leaves_the_batch_incomplete_until_replayed
     restarted = DeltaSink(tables, APP, NO_HOUSEKEEPING)
     assert restarted.log_end_offsets() == ends
     report = write(restarted, 1, data)
-    assert report.tables_skipped == [CONSUMER_OFFSETS, GROUP_STATE]
+    assert report.tables_skipped == [CONSUMER_OFFSETS, GROUP_HISTORY, GROUP_STATE]
     assert report.tables_written == [RESPONSES]
     assert restarted.log_end_offsets() == ends
     assert last_complete_batch(tables, APP) == 1
@@ -343,6 +352,7 @@ def test_a_batch_older_than_the_tables_is_refused(tables: Path, feed: Feed) -> N
     feed.commit("alpha", 3)
     assert write(other, 0, feed.batch()).tables_written == [
         CONSUMER_OFFSETS,
+        GROUP_HISTORY,
         GROUP_STATE,
         RESPONSES,
     ]
@@ -371,7 +381,7 @@ def test_a_batch_without_responses_still_marks_itself_complete(tables: Path, fee
     feed.commit("alpha", 2)
     data = feed.batch(responses=[])
     report = write(s, 1, data)
-    assert report.tables_written == [CONSUMER_OFFSETS, GROUP_STATE, RESPONSES]
+    assert report.tables_written == [CONSUMER_OFFSETS, GROUP_HISTORY, GROUP_STATE, RESPONSES]
     assert report.responses_written == 0
     assert txn(tables, RESPONSES) == last_complete_batch(tables, APP) == s.last_batch() == 1
     assert {r["batch_id"] for r in rows(tables, RESPONSES)} == {0}
@@ -379,6 +389,7 @@ def test_a_batch_without_responses_still_marks_itself_complete(tables: Path, fee
     rejected_only = {**feed.batch(), "rejected": [{"raw": "x", "source_file": "f", "reason": "r"}]}
     assert write(s, 2, rejected_only).tables_written == [REJECTED_REQUESTS, RESPONSES]
     assert txn(tables, CONSUMER_OFFSETS) == txn(tables, GROUP_STATE) == 1
+    assert txn(tables, GROUP_HISTORY) == 1
     assert last_complete_batch(tables, APP) == 2
     assert rows(tables, REJECTED_REQUESTS) == [
         {
@@ -545,6 +556,154 @@ def test_the_last_summary_of_a_group_in_a_batch_wins(tables: Path) -> None:
     )
     ((state, generation),) = [(r["state"], r["generation_id"]) for r in rows(tables, GROUP_STATE)]
     assert (state, generation) == ("Stable", 3)
+    # The history keeps both, in the order they came.
+    assert [r["state"] for r in rows(tables, GROUP_HISTORY)] == ["PreparingRebalance", "Stable"]
+
+
+# --- group_history --------------------------------------------------------------------------------
+
+
+def test_group_history_appends_every_summary_once_dead_ones_included(
+    tables: Path, feed: Feed
+) -> None:
+    s = DeltaSink(tables, APP, NO_HOUSEKEEPING)
+    feed.join_and_commit("alpha", 1)
+    feed.commit("beta", 1)
+    first = feed.batch()
+    report = write(s, 0, first)
+    assert report.history_written == 2
+    assert report.tables_written.index(GROUP_HISTORY) < report.tables_written.index(GROUP_STATE)
+    history = rows(tables, GROUP_HISTORY)
+    assert [(r["group_id"], r["state"], r["batch_id"]) for r in history] == [
+        ("alpha", "Stable", 0),
+        ("beta", "Empty", 0),
+    ]
+    # The same columns as group_state, and the same values for the batch's last summary.
+    current = {r["group_id"]: r for r in rows(tables, GROUP_STATE)}
+    assert history == [current["alpha"], current["beta"]]
+    alpha = feed.ctx.group("alpha")
+    assert history[0]["rebalance_reason"] == alpha.rebalance_reason is not None
+    assert history[0]["rebalance_reason"].startswith(f"Adding new member {alpha.leader_id} ")
+    assert history[1]["rebalance_reason"] is None  # a simple group never rebalanced
+
+    # A replay of the batch (the same sink, or a restarted one) appends nothing.
+    assert GROUP_HISTORY in write(s, 0, first).tables_skipped
+    assert GROUP_HISTORY in write(DeltaSink(tables, APP, NO_HOUSEKEEPING), 0, first).tables_skipped
+    assert len(rows(tables, GROUP_HISTORY)) == 2
+
+    # alpha's leader rejoins: the rebalance shows as a new row with its reason.
+    member = alpha.leader_id
+    assert member is not None
+    feed.ctx.join(member, group_id="alpha")
+    data = feed.batch()
+    assert write(s, 1, data).history_written == 1
+    row = rows(tables, GROUP_HISTORY, "batch_id")[-1]
+    assert (row["group_id"], row["state"], row["generation_id"], row["batch_id"]) == (
+        "alpha",
+        "CompletingRebalance",
+        2,
+        1,
+    )
+    assert row["rebalance_reason"] == (
+        f"Leader {member} re-joining group during Stable; client reason: not provided"
+    )
+    assert row["updated_at_ms"] == data["emitted_at_ms"]
+
+    # beta is deleted: group_state loses its row, group_history keeps a Dead one.
+    assert feed.ctx.delete_group("beta")["error"] is None
+    report = write(s, 2, feed.batch())
+    assert (report.history_written, report.groups_deleted) == (1, 1)
+    dead = rows(tables, GROUP_HISTORY, "batch_id")[-1]
+    assert dead["group_id"] == "beta" and dead["state"] == "Dead" and dead["batch_id"] == 2
+    assert dead["offsets_partition"] == feed.ctx.c.partition_for("beta")
+    assert dead["updated_at_ms"] == feed.ctx.now
+    nulls = set(schema.GROUP_HISTORY_SCHEMA.names) - {
+        "group_id",
+        "offsets_partition",
+        "state",
+        "updated_at_ms",
+        "batch_id",
+    }
+    assert {name: dead[name] for name in nulls} == dict.fromkeys(nulls)
+    assert [(r["group_id"], r["state"]) for r in rows(tables, GROUP_HISTORY, "batch_id")] == [
+        ("alpha", "Stable"),
+        ("beta", "Empty"),
+        ("alpha", "CompletingRebalance"),
+        ("beta", "Dead"),
+    ]
+    assert sorted(r["group_id"] for r in rows(tables, GROUP_STATE)) == ["alpha"]
+
+
+def test_a_crash_between_history_and_state_is_completed_by_the_replay(
+    tables: Path, feed: Feed, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    s = DeltaSink(tables, APP, NO_HOUSEKEEPING)
+    feed.join_and_commit("alpha", 1)
+    data = feed.batch()
+
+    def failing_merge(*args: Any, **kwargs: Any) -> Any:
+        raise Crash(GROUP_STATE)
+
+    monkeypatch.setattr(DeltaTable, "merge", failing_merge)
+    with pytest.raises(Crash):
+        write(s, 0, data)
+    monkeypatch.undo()
+    assert (txn(tables, GROUP_HISTORY), txn(tables, GROUP_STATE)) == (0, None)
+    report = write(s, 0, data)
+    assert report.tables_skipped == [CONSUMER_OFFSETS, GROUP_HISTORY]
+    assert report.tables_written == [GROUP_STATE, RESPONSES]
+    assert len(rows(tables, GROUP_HISTORY)) == 1 == len(rows(tables, GROUP_STATE))
+
+
+# --- tables written by an older release -----------------------------------------------------------
+
+#: ``group_state`` as releases before ``rebalance_reason`` created it.
+OLD_GROUP_STATE_SCHEMA = pa.schema(
+    [f for f in schema.GROUP_STATE_SCHEMA if f.name != "rebalance_reason"]
+)
+
+
+def test_an_old_group_state_table_gains_the_reason_column(tables: Path, feed: Feed) -> None:
+    feed.join_and_commit("alpha", 1)
+    feed.commit("beta", 1)
+    old_rows = [
+        {k: v for k, v in dict(g, updated_at_ms=1, batch_id=0).items() if k != "rebalance_reason"}
+        for g in feed.batch()["groups"]
+    ]
+    path = tables / GROUP_STATE
+    path.mkdir(parents=True)
+    DeltaTable.create(path, OLD_GROUP_STATE_SCHEMA)
+    deltalake.write_deltalake(
+        path, pa.Table.from_pylist(old_rows, schema=OLD_GROUP_STATE_SCHEMA), mode="append"
+    )
+    assert "rebalance_reason" not in DeltaTable(path).schema().to_arrow().names
+    assert not (tables / GROUP_HISTORY).exists()
+
+    s = DeltaSink(tables, APP, NO_HOUSEKEEPING)
+    evolved = DeltaTable(path)
+    assert "rebalance_reason" in evolved.schema().to_arrow().names
+    assert evolved.transaction_version(APP) is None  # the evolution marks no batch
+    before = {r["group_id"]: r for r in rows(tables, GROUP_STATE)}
+    assert {g: r["rebalance_reason"] for g, r in before.items()} == {"alpha": None, "beta": None}
+    assert before["alpha"]["state"] == "Stable"
+    assert DeltaTable(tables / GROUP_HISTORY).to_pyarrow_table().num_rows == 0
+
+    # The old rows merge with new summaries; the reason arrives with alpha's next rebalance.
+    member = feed.ctx.group("alpha").leader_id
+    assert member is not None
+    feed.ctx.join(member, group_id="alpha")
+    feed.commit("beta", 2)
+    report = write(s, 1, feed.batch())
+    assert (report.groups_upserted, report.groups_deleted) == (2, 0)
+    after = {r["group_id"]: r for r in rows(tables, GROUP_STATE)}
+    assert after["alpha"]["rebalance_reason"] == feed.ctx.group("alpha").rebalance_reason
+    assert after["alpha"]["rebalance_reason"].startswith(f"Leader {member} re-joining")
+    assert after["beta"]["rebalance_reason"] is None
+    assert after["beta"]["num_committed_offsets"] == 2
+    # Opening it again changes nothing more.
+    version = DeltaTable(path).version()
+    DeltaSink(tables, APP, NO_HOUSEKEEPING)
+    assert DeltaTable(path).version() == version
 
 
 # --- housekeeping ---------------------------------------------------------------------------------
@@ -575,6 +734,7 @@ def test_housekeeping_runs_on_schedule_and_keeps_rows_and_transactions(
     assert {name: txn(tables, name) for name in schema.TABLES} == {
         CONSUMER_OFFSETS: 2,
         REJECTED_REQUESTS: None,
+        GROUP_HISTORY: 2,
         GROUP_STATE: 2,
         RESPONSES: 2,
     }
@@ -582,7 +742,12 @@ def test_housekeeping_runs_on_schedule_and_keeps_rows_and_transactions(
     assert s.log_end_offsets() == log_end_offsets(tables)
 
     # A replay of batch 2 after the compaction is still recognised, by a restarted sink too.
-    assert write(s, 2, batch).tables_skipped == [CONSUMER_OFFSETS, GROUP_STATE, RESPONSES]
+    assert write(s, 2, batch).tables_skipped == [
+        CONSUMER_OFFSETS,
+        GROUP_HISTORY,
+        GROUP_STATE,
+        RESPONSES,
+    ]
     restarted = DeltaSink(tables, APP, Housekeeping(3, 3, 6, vacuum_retention_hours=0))
     assert write(restarted, 2, batch).tables_written == []
     assert content(tables) == before
@@ -612,7 +777,7 @@ def test_a_failed_housekeeping_task_is_reported_not_raised(
     write(s, 1, feed.batch())
     feed.commit("alpha", 2)
     report = write(s, 2, feed.batch())
-    assert report.tables_written == [CONSUMER_OFFSETS, GROUP_STATE, RESPONSES]
+    assert report.tables_written == [CONSUMER_OFFSETS, GROUP_HISTORY, GROUP_STATE, RESPONSES]
     assert report.housekeeping == [f"compact {n}: FAILED disk full" for n in schema.TABLES]
     feed.commit("alpha", 3)
     assert write(s, 3, feed.batch()).records_written == 2

@@ -8,6 +8,11 @@ a Kafka engineer can read them side by side. They work on one group through a
 
 Where the contract differs from Kafka on purpose (every request gets one answer), the code says
 so at the spot.
+
+Every rebalance has a reason, as in Kafka: :func:`prepare_rebalance` takes the text Kafka passes
+to ``prepareRebalance`` (and logs as "Preparing to rebalance group ... (reason: ...)") and keeps
+it on the group (``ClassicGroup.rebalance_reason``). The texts are Kafka 4.x's
+(``GroupMetadataManager``), word for word, except LeaveGroup's (see :func:`leave_group`).
 """
 
 from __future__ import annotations
@@ -44,6 +49,22 @@ DEAD = GroupState.DEAD
 
 
 # --- answers ----------------------------------------------------------------------------------
+
+
+def client_reason(reason: str | None) -> str:
+    """A JoinGroup's reason as Kafka quotes it (``JoinGroupRequest.joinReason``): "not provided"
+    when the request carries none or an empty one."""
+    return reason if reason else "not provided"
+
+
+def leave_reason(reason: str | None) -> str:
+    """A LeaveGroup member's reason as Kafka quotes it: "not provided" only for a null one."""
+    return "not provided" if reason is None else reason
+
+
+def _java(value: str | None) -> str:
+    """A nullable string as Java's string concatenation spells it."""
+    return "null" if value is None else value
 
 
 def join_error(ctx: GroupContext, request_id: Any, error: Error, member_id: str) -> None:
@@ -243,8 +264,15 @@ def join_existing_member(ctx: GroupContext, group: ClassicGroup, request: Reques
 
     member = group.members[member_id]
     state = group.state
+    because = client_reason(body["reason"])
     if state is PREPARING:
-        update_member_then_rebalance_or_complete_join(ctx, group, member, request)
+        update_member_then_rebalance_or_complete_join(
+            ctx,
+            group,
+            member,
+            request,
+            f"Member {member_id} is joining group during {state.value}; client reason: {because}",
+        )
     elif state is COMPLETING:
         if member.matches(body["protocols"]):
             members = group.current_member_list() if group.is_leader(member_id) else []
@@ -254,11 +282,34 @@ def join_existing_member(ctx: GroupContext, group: ClassicGroup, request: Reques
                 **joined_fields(group, member_id, members, group.leader_id),
             )
         else:
-            update_member_then_rebalance_or_complete_join(ctx, group, member, request)
+            update_member_then_rebalance_or_complete_join(
+                ctx,
+                group,
+                member,
+                request,
+                f"Updating metadata for member {member_id} during {state.value}; "
+                f"client reason: {because}",
+            )
     elif state is STABLE:
-        if group.is_leader(member_id) or not member.matches(body["protocols"]):
+        if group.is_leader(member_id):
             # The leader's rejoin always rebalances: it may have seen new topic metadata.
-            update_member_then_rebalance_or_complete_join(ctx, group, member, request)
+            update_member_then_rebalance_or_complete_join(
+                ctx,
+                group,
+                member,
+                request,
+                f"Leader {member_id} re-joining group during {state.value}; "
+                f"client reason: {because}",
+            )
+        elif not member.matches(body["protocols"]):
+            update_member_then_rebalance_or_complete_join(
+                ctx,
+                group,
+                member,
+                request,
+                f"Updating metadata for member {member_id} during {state.value}; "
+                f"client reason: {because}",
+            )
         else:
             ctx.respond(
                 "join_group",
@@ -270,7 +321,7 @@ def join_existing_member(ctx: GroupContext, group: ClassicGroup, request: Reques
 
 
 def update_member_then_rebalance_or_complete_join(
-    ctx: GroupContext, group: ClassicGroup, member: Member, request: Request
+    ctx: GroupContext, group: ClassicGroup, member: Member, request: Request, reason: str
 ) -> None:
     body = request.body
     group.update_member(
@@ -280,7 +331,7 @@ def update_member_then_rebalance_or_complete_join(
         body["session_timeout_ms"],
         ParkedRequest(request.request_id, request.api_version),
     )
-    maybe_prepare_rebalance_or_complete_join(ctx, group)
+    maybe_prepare_rebalance_or_complete_join(ctx, group, reason)
 
 
 def add_member_then_rebalance_or_complete_join(
@@ -304,7 +355,12 @@ def add_member_then_rebalance_or_complete_join(
     group.add(member)
     # A new member gets the fixed new-member join timeout, not its session timeout (8.2).
     reschedule_heartbeat(ctx, member, NEW_MEMBER_JOIN_TIMEOUT_MS)
-    maybe_prepare_rebalance_or_complete_join(ctx, group)
+    maybe_prepare_rebalance_or_complete_join(
+        ctx,
+        group,
+        f"Adding new member {member_id} with group instance id "
+        f"{_java(body['group_instance_id'])}; client reason: {client_reason(body['reason'])}",
+    )
 
 
 def update_static_member_then_rebalance_or_complete_join(
@@ -312,8 +368,10 @@ def update_static_member_then_rebalance_or_complete_join(
 ) -> None:
     """A known static member rejoins with an empty member id (6.2.7)."""
     body = request.body
+    instance_id = body["group_instance_id"]
+    because = client_reason(body["reason"])
     current_leader = group.leader_id
-    old, new = group.replace_static_member(body["group_instance_id"], old_member_id, new_member_id)
+    old, new = group.replace_static_member(instance_id, old_member_id, new_member_id)
     # The old id is fenced at once: whatever it has parked is answered FENCED_INSTANCE_ID.
     answer_join(
         ctx,
@@ -347,31 +405,46 @@ def update_static_member_then_rebalance_or_complete_join(
                 fields = joined_fields(group, new_member_id, [], current_leader)
             answer_join(ctx, group, new, Error.NONE, **fields)
         else:
-            maybe_prepare_rebalance_or_complete_join(ctx, group)
+            maybe_prepare_rebalance_or_complete_join(
+                ctx,
+                group,
+                f"Group's selectedProtocol will change because static member {new_member_id} "
+                f"with instance id {instance_id} joined with change of protocol; "
+                f"client reason: {because}",
+            )
     elif group.state is COMPLETING:
         # The leader may already be assigning for the old id: start over.
-        prepare_rebalance(ctx, group)
+        prepare_rebalance(
+            ctx,
+            group,
+            f"Updating metadata for static member {new_member_id} with instance id "
+            f"{instance_id}; client reason: {because}",
+        )
     elif group.state is PREPARING:
         maybe_complete_join_phase(ctx, group)
     else:
         # Unreachable: an Empty or Dead group holds no static mapping (Kafka throws here too).
         raise RuntimeError(
             f"group {group.group_id} was not supposed to be in the state {group.state.value} "
-            f"when the unknown static member {body['group_instance_id']} rejoins"
+            f"when the unknown static member {instance_id} rejoins"
         )
 
 
 # --- rebalancing (7.1, 7.2, 8.3) --------------------------------------------------------------
 
 
-def maybe_prepare_rebalance_or_complete_join(ctx: GroupContext, group: ClassicGroup) -> None:
+def maybe_prepare_rebalance_or_complete_join(
+    ctx: GroupContext, group: ClassicGroup, reason: str
+) -> None:
     if can_rebalance(group.state):
-        prepare_rebalance(ctx, group)
+        prepare_rebalance(ctx, group, reason)
     else:
         maybe_complete_join_phase(ctx, group)
 
 
-def prepare_rebalance(ctx: GroupContext, group: ClassicGroup) -> None:
+def prepare_rebalance(ctx: GroupContext, group: ClassicGroup, reason: str) -> None:
+    """Kafka's ``prepareRebalance(group, reason)``; the reason stays on the group until the next
+    rebalance (it is not part of any log record)."""
     if group.state is COMPLETING:
         reset_and_propagate_assignment_with_error(ctx, group, Error.REBALANCE_IN_PROGRESS)
     remove_sync_expiration(ctx, group)
@@ -382,6 +455,7 @@ def prepare_rebalance(ctx: GroupContext, group: ClassicGroup) -> None:
         remaining = max(group.rebalance_timeout_ms() - delay, 0)
         ctx.schedule(JOIN_KEY, delay, INITIAL_JOIN, (delay, remaining))
     group.transition_to(PREPARING, ctx.now_ms)
+    group.rebalance_reason = reason
     if not is_initial_rebalance:
         maybe_complete_join_else_schedule(ctx, group)
 
@@ -487,7 +561,9 @@ def expire_member_heartbeat(ctx: GroupContext, group: ClassicGroup, member_id: s
     member = group.members.get(member_id)
     if member is None or has_satisfied_heartbeat(member):
         return
-    remove_member_and_update_group(ctx, group, member)
+    remove_member_and_update_group(
+        ctx, group, member, f"removing member {member_id} on heartbeat expiration."
+    )
 
 
 def has_satisfied_heartbeat(member: Member) -> bool:
@@ -497,10 +573,12 @@ def has_satisfied_heartbeat(member: Member) -> bool:
     return bool(member.awaiting_join or member.awaiting_sync)
 
 
-def remove_member_and_update_group(ctx: GroupContext, group: ClassicGroup, member: Member) -> None:
+def remove_member_and_update_group(
+    ctx: GroupContext, group: ClassicGroup, member: Member, reason: str
+) -> None:
     drop_member(ctx, group, member.member_id)
     if group.state is STABLE or group.state is COMPLETING:
-        maybe_prepare_rebalance_or_complete_join(ctx, group)
+        maybe_prepare_rebalance_or_complete_join(ctx, group, reason)
     elif group.state is PREPARING and group.has_all_members_joined():
         # Kafka 4.x completes here directly, even during the initial delay.
         complete_join(ctx, group)
@@ -513,9 +591,13 @@ def expire_pending_sync(ctx: GroupContext, group: ClassicGroup, generation_id: i
     if group.state is not COMPLETING and group.state is not STABLE:
         return
     if group.pending_sync_members:
-        for member_id in list(group.pending_sync_members):
+        removed = list(group.pending_sync_members)
+        for member_id in removed:
             drop_member(ctx, group, member_id)
-        prepare_rebalance(ctx, group)
+        # Kafka prints the set with Java's Set.toString ("[a, b]", in hash order; ours: join order).
+        prepare_rebalance(
+            ctx, group, f"Removing [{', '.join(removed)}] on pending sync request expiration"
+        )
 
 
 # --- SyncGroup (6.3) --------------------------------------------------------------------------
@@ -623,6 +705,11 @@ def heartbeat(ctx: GroupContext, request: Request) -> None:
 
 
 def leave_group(ctx: GroupContext, request: Request) -> None:
+    """Kafka's LeaveGroup. The rebalance's reason is Kafka 3.x's, "Removing member M on
+    LeaveGroup; client reason: R" (``GroupCoordinator.removeCurrentMemberFromGroup``), for the
+    first member the request removes: 3.x rebalances on that member's removal, and the others
+    then leave a group already rebalancing. Kafka 4.x says "explicit `LeaveGroup` request for
+    (M1, M2) members." and drops the client's reason, which is the part worth keeping."""
     identities: list[dict[str, Any]] = request.body["members"]
     group = ctx.group
     if group is None:
@@ -632,7 +719,7 @@ def leave_group(ctx: GroupContext, request: Request) -> None:
         return _answer_leave(ctx, request, Error.COORDINATOR_NOT_AVAILABLE, [])
 
     results = []
-    removed_any = False
+    reason: str | None = None
     for identity in identities:
         member_id, instance_id = identity["member_id"], identity["group_instance_id"]
         if member_id == "":
@@ -645,12 +732,16 @@ def leave_group(ctx: GroupContext, request: Request) -> None:
             error = validate_member(group, member_id, instance_id)
         if error is Error.NONE and target is not None:
             drop_member(ctx, group, target)
-            removed_any = True
+            if reason is None:
+                reason = (
+                    f"Removing member {target} on LeaveGroup; "
+                    f"client reason: {leave_reason(identity['reason'])}"
+                )
         results.append(_leave_result(identity, error))
 
-    if removed_any:
+    if reason is not None:
         if group.state is STABLE or group.state is COMPLETING:
-            maybe_prepare_rebalance_or_complete_join(ctx, group)
+            maybe_prepare_rebalance_or_complete_join(ctx, group, reason)
         elif group.state is PREPARING:
             maybe_complete_join_phase(ctx, group)
     return _answer_leave(ctx, request, Error.NONE, results)

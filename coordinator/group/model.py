@@ -132,6 +132,11 @@ class ClassicGroup:
     timer_heap: list[tuple[int, int, str]] = field(default_factory=list)
     #: The last timer sequence number handed out, for callers that number timers per group.
     timer_seq: int = 0
+    #: Why the latest rebalance began: the reason Kafka passes to ``prepareRebalance`` (and
+    #: logs). Kept once the rebalance completes, so a Stable group still says why its generation
+    #: started. Transient, like PreparingRebalance itself: no log record carries it, so a group
+    #: loaded from the log has None (the snapshot blob keeps it).
+    rebalance_reason: str | None = None
 
     # -- states -------------------------------------------------------------------------------
 

@@ -7,16 +7,18 @@ stale timer-heap entries and every dict's order included, so a step continues fr
 copy exactly as it would have from the original; and equal groups encode to the same bytes (with
 the same zlib: the uncompressed body is canonical, zlib's output may differ between its builds).
 
-Blob layout (version 1)::
+Blob layout (versions 1 and 2)::
 
-    version    unsigned varint (1); decode_group dispatches on it, so a later release can
-               still read this layout after it writes a newer one
+    version    unsigned varint (2; 1 from older releases); decode_group dispatches on it, so a
+               later release can still read this layout after it writes a newer one
     codec      1 byte: 0 = body stored as is, 1 = body zlib-compressed
     body       the group (below), compressed when that makes the blob smaller
     crc        4 bytes, big-endian CRC-32 of everything before it
 
 The body is the fields of each dataclass in declaration order, one writer and one reader per
-dataclass (``_write_member`` / ``_read_member_v1``, ...), built from these primitives:
+dataclass (``_write_member`` / ``_read_member_v1``, ...), built from these primitives. Version 2
+appends one field to version 1's body, the group's ``rebalance_reason`` (an ``opt_text``); a
+version-1 blob decodes with ``rebalance_reason`` None.
 
 - ``uint``: unsigned LEB128 varint of up to 2048 bytes (Python ints are unbounded; 14336 bits
   is more than Python parses from a string); counts and enum codes.
@@ -63,7 +65,7 @@ from coordinator.group.states import GroupState
 
 __all__ = ["SNAPSHOT_VERSION", "SnapshotError", "decode_group", "encode_group"]
 
-SNAPSHOT_VERSION = 1
+SNAPSHOT_VERSION = 2
 """The layout :func:`encode_group` writes (the blob's first byte)."""
 
 
@@ -71,9 +73,9 @@ class SnapshotError(ValueError):
     """The bytes are not a group snapshot this release can read (unknown version, corrupt)."""
 
 
-# -- version 1 constants ---------------------------------------------------------------------------
+# -- constants of versions 1 and 2 -----------------------------------------------------------------
 
-#: Group states by their code in version 1 (the position in this tuple).
+#: Group states by their code in versions 1 and 2 (the position in this tuple).
 _STATES_V1: tuple[GroupState, ...] = (
     GroupState.EMPTY,
     GroupState.PREPARING_REBALANCE,
@@ -394,11 +396,13 @@ class _In:
         raise SnapshotError(f"corrupt snapshot: unknown value tag {tag}")
 
 
-# -- version 1: one writer and one reader per dataclass --------------------------------------------
+# -- versions 1 and 2: one writer and one reader per dataclass -------------------------------------
 #
 # The writers write the newest layout (SNAPSHOT_VERSION). To change it: bump SNAPSHOT_VERSION,
-# change the writers, add ``_read_*_v2`` readers and a ``_decode_v2`` in ``_DECODERS``, and keep
-# every ``_read_*_v1`` (with the primitives they use) so that older checkpoints still load.
+# change the writers, add ``_read_*_v<N>`` readers where the layout changed and an entry in
+# ``_DECODERS``, and keep every older reader (with the primitives it uses) so that older
+# checkpoints still load. Version 2 changed only the group (``_read_group_v2``); members,
+# offsets, timers and parked requests are still read by their version-1 readers.
 
 
 def _write_parked(out: _Out, parked: ParkedRequest) -> None:
@@ -540,6 +544,8 @@ def _write_group(out: _Out, group: ClassicGroup) -> None:
         out.seq(seq)
         out.text(key)
     out.seq(group.timer_seq)
+    # Version 2.
+    out.opt_text(group.rebalance_reason)
 
 
 def _read_members_v1(inp: _In) -> dict[str, Member]:
@@ -585,6 +591,12 @@ def _read_group_v1(inp: _In) -> ClassicGroup:
     )
 
 
+def _read_group_v2(inp: _In) -> ClassicGroup:
+    group = _read_group_v1(inp)
+    group.rebalance_reason = inp.opt_text()
+    return group
+
+
 # -- framing ---------------------------------------------------------------------------------------
 
 
@@ -615,6 +627,18 @@ def encode_group(group: ClassicGroup) -> bytes:
 
 def _decode_v1(blob: bytes, pos: int) -> ClassicGroup:
     """Version 1: ``codec`` byte, body, CRC-32 (``pos`` is just past the version)."""
+    return _decode_framed(blob, pos, _read_group_v1)
+
+
+def _decode_v2(blob: bytes, pos: int) -> ClassicGroup:
+    """Version 2: version 1's frame around version 2's body."""
+    return _decode_framed(blob, pos, _read_group_v2)
+
+
+def _decode_framed(
+    blob: bytes, pos: int, read_group: Callable[[_In], ClassicGroup]
+) -> ClassicGroup:
+    """``codec`` byte, body (read by ``read_group``), CRC-32; ``pos`` is just past the version."""
     if len(blob) < pos + 1 + _CRC.size:
         raise SnapshotError(f"truncated snapshot: {len(blob)} bytes")
     (crc,) = _CRC.unpack_from(blob, len(blob) - _CRC.size)
@@ -635,7 +659,7 @@ def _decode_v1(blob: bytes, pos: int) -> ClassicGroup:
     elif codec != _CODEC_RAW:
         raise SnapshotError(f"corrupt snapshot: unknown codec {codec}")
     inp = _In(body)
-    group = _read_group_v1(inp)
+    group = read_group(inp)
     if inp.remaining():
         raise SnapshotError("corrupt snapshot: bytes left over after the group")
     return group
@@ -644,6 +668,7 @@ def _decode_v1(blob: bytes, pos: int) -> ClassicGroup:
 #: Every layout this release reads: version -> reader of what follows the version number.
 _DECODERS: dict[int, Callable[[bytes, int], ClassicGroup]] = {
     1: _decode_v1,
+    2: _decode_v2,
 }
 
 

@@ -110,7 +110,8 @@ class GroupOutcome:
 
 
 def group_summary(group_id: str, group: ClassicGroup | None, partition: int) -> dict[str, Any]:
-    """The group's row in ``group_state`` (without the batch columns); Dead when it is gone."""
+    """The group's row in ``group_state`` and ``group_history`` (without the batch columns);
+    Dead (with only the group id and its partition) when it is gone."""
     if group is None:
         return {"group_id": group_id, "offsets_partition": partition, "state": "Dead"}
     return {
@@ -135,6 +136,8 @@ def group_summary(group_id: str, group: ClassicGroup | None, partition: int) -> 
         ],
         "num_committed_offsets": len(group.offsets),
         "state_timestamp_ms": group.current_state_timestamp_ms,
+        # Why the latest rebalance began (Kafka's prepareRebalance reason); kept once Stable.
+        "rebalance_reason": group.rebalance_reason,
     }
 
 

@@ -1,5 +1,5 @@
 """One module for every shape the Spark job reads or writes: the warehouse layout, the inbox
-rows, the stateful operator's output and state, and the four Delta tables (contract, section 5).
+rows, the stateful operator's output and state, and the five Delta tables (contract, section 5).
 
 Arrow schemas are the source of truth for the tables (delta-rs writes them, Spark reads them);
 Spark schemas are for the stream itself.
@@ -19,10 +19,12 @@ from coordinator import jsonio
 CONSUMER_OFFSETS = "consumer_offsets"
 RESPONSES = "responses"
 GROUP_STATE = "group_state"
+GROUP_HISTORY = "group_history"
 REJECTED_REQUESTS = "rejected_requests"
 #: Written in this order: the log first, so that no response is visible before what it
-#: acknowledges is in the log (contract, section 5).
-TABLES = (CONSUMER_OFFSETS, REJECTED_REQUESTS, GROUP_STATE, RESPONSES)
+#: acknowledges is in the log (contract, section 5); ``responses`` last, as the batch-complete
+#: marker (:mod:`coordinator.stream.sink`).
+TABLES = (CONSUMER_OFFSETS, REJECTED_REQUESTS, GROUP_HISTORY, GROUP_STATE, RESPONSES)
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,7 +135,9 @@ SUMMARY_MEMBER = pa.struct(
     ]
 )
 
-#: One current row per live group (a group that dies loses its row).
+#: One current row per live group (a group that dies loses its row). ``rebalance_reason`` is
+#: why the latest rebalance began (Kafka's ``prepareRebalance`` reason); tables written before
+#: it existed gain it when the sink opens them (null in their old rows).
 GROUP_STATE_SCHEMA = pa.schema(
     [
         ("group_id", pa.string()),
@@ -147,10 +151,17 @@ GROUP_STATE_SCHEMA = pa.schema(
         ("members", pa.list_(SUMMARY_MEMBER)),
         ("num_committed_offsets", pa.int32()),
         ("state_timestamp_ms", pa.int64()),
+        ("rebalance_reason", pa.string()),
         ("updated_at_ms", pa.int64()),
         ("batch_id", pa.int64()),
     ]
 )
+
+#: Every change of a group's summary, append-only: ``group_state``'s columns, one row per group
+#: per batch in which its summary changed, Dead rows included (state "Dead", the summary's
+#: other columns null). A group's rebalances read as its PreparingRebalance ->
+#: CompletingRebalance -> Stable rows; changes within one batch show as the batch's last one.
+GROUP_HISTORY_SCHEMA = GROUP_STATE_SCHEMA
 
 #: Lines that could not be read as a request at all (no request id to answer to).
 REJECTED_REQUESTS_SCHEMA = pa.schema(
@@ -167,6 +178,7 @@ TABLE_SCHEMAS: dict[str, pa.Schema] = {
     CONSUMER_OFFSETS: CONSUMER_OFFSETS_SCHEMA,
     RESPONSES: RESPONSES_SCHEMA,
     GROUP_STATE: GROUP_STATE_SCHEMA,
+    GROUP_HISTORY: GROUP_HISTORY_SCHEMA,
     REJECTED_REQUESTS: REJECTED_REQUESTS_SCHEMA,
 }
 PARTITION_BY: dict[str, list[str]] = {CONSUMER_OFFSETS: CONSUMER_OFFSETS_PARTITION_BY}

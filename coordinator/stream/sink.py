@@ -2,13 +2,20 @@
 
 ``foreachBatch`` evaluates a micro-batch once on the driver and hands :class:`DeltaSink` plain
 Python data: log records, responses, group summaries, rejected lines and the batch's
-``list_groups`` requests. The sink owns everything between that data and the four tables of
+``list_groups`` requests. The sink owns everything between that data and the five tables of
 :mod:`coordinator.stream.schema`; it knows nothing of Spark and decides nothing about groups.
 
 Order (contract, section 5). Kafka acknowledges a commit only once ``__consumer_offsets`` holds
 it, so the tables are committed in the order of ``schema.TABLES``: ``consumer_offsets``,
-``rejected_requests``, ``group_state``, and ``responses`` last. ListGroups is answered here,
-from ``group_state`` after this batch's merge, so its answer includes the batch's own changes.
+``rejected_requests``, ``group_history``, ``group_state``, and ``responses`` last. ListGroups is
+answered here, from ``group_state`` after this batch's merge, so its answer includes the batch's
+own changes.
+
+Groups. Each group summary the operator emits (one per group whose summary changed in the
+batch, a ``Dead`` one for a group that is gone) is appended to ``group_history`` as it is, and
+merged into ``group_state``, which keeps one current row per live group. The history comes
+first so that a reader who sees a group's current row in ``group_state`` finds that row's
+change in ``group_history`` too.
 
 Exactly once. Delta cannot commit several tables atomically, and Spark re-runs the last batch
 after a crash with the same id and the same input (spark-notes, "Restart and exactly-once").
@@ -31,6 +38,12 @@ move the marker; a cut at the marker is still consistent.
 
 Housekeeping (compaction, checkpoints, vacuum, log cleanup) runs from here, every N batch ids,
 so that the stream stays the only writer of its tables.
+
+Schema evolution. Opening a table written by an older release adds the columns it lacks
+(nullable, at the end; older rows read them as null), e.g. ``group_state``'s
+``rebalance_reason``; a table that does not exist yet (``group_history`` in an older warehouse)
+is created. Both are plain commits without an app transaction, so they do not move any batch
+marker.
 """
 
 from __future__ import annotations
@@ -44,14 +57,20 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+from deltalake import CommitProperties, DeltaTable, Field, Transaction, write_deltalake
 
 from coordinator import jsonio
 from coordinator.engine import list_groups_response
 from coordinator.log.records import RECORD_FIELDS
 from coordinator.requests import Request
 from coordinator.stream import schema
-from coordinator.stream.schema import CONSUMER_OFFSETS, GROUP_STATE, REJECTED_REQUESTS, RESPONSES
+from coordinator.stream.schema import (
+    CONSUMER_OFFSETS,
+    GROUP_HISTORY,
+    GROUP_STATE,
+    REJECTED_REQUESTS,
+    RESPONSES,
+)
 
 log = logging.getLogger(__name__)
 
@@ -118,6 +137,8 @@ class BatchReport:
     responses_written: int = 0
     groups_upserted: int = 0
     groups_deleted: int = 0
+    #: Rows appended to ``group_history`` (every summary of the batch, Dead ones included).
+    history_written: int = 0
     rejected_written: int = 0
     #: Tables committed by this call, in commit order.
     tables_written: list[str] = field(default_factory=list)
@@ -183,6 +204,7 @@ class DeltaSink:
                 self._check_order(batch_id)
                 self._write_log(batch_id, records, written_at_ms, report)
                 self._write_rejected(batch_id, rejected, emitted_at_ms, report)
+                self._write_group_history(batch_id, groups, emitted_at_ms, report)
                 self._write_group_state(batch_id, groups, emitted_at_ms, report)
                 self._write_responses(
                     batch_id, responses, list_groups, emitted_at_ms, written_at_ms, report
@@ -240,6 +262,15 @@ class DeltaSink:
         self._append(REJECTED_REQUESTS, columns, batch_id, report)
         report.rejected_written = len(rejected)
 
+    def _write_group_history(
+        self, batch_id: int, groups: list[dict[str, Any]], at_ms: int, report: BatchReport
+    ) -> None:
+        """Every summary of the batch, in order, Dead ones included: one append."""
+        if not groups or self._replayed(GROUP_HISTORY, batch_id, report):
+            return
+        self._append(GROUP_HISTORY, _group_columns(groups, batch_id, at_ms), batch_id, report)
+        report.history_written = len(groups)
+
     def _write_group_state(
         self, batch_id: int, groups: list[dict[str, Any]], at_ms: int, report: BatchReport
     ) -> None:
@@ -251,10 +282,7 @@ class DeltaSink:
             return
         # A MERGE rejects two source rows for one target row: the last summary wins.
         latest = list({g["group_id"]: g for g in groups}.values())
-        columns = {name: [g.get(name) for g in latest] for name in _GROUP_COLUMNS}
-        columns["updated_at_ms"] = [at_ms] * len(latest)
-        columns["batch_id"] = [batch_id] * len(latest)
-        source = pa.table(columns, schema=schema.GROUP_STATE_SCHEMA)
+        source = pa.table(_group_columns(latest, batch_id, at_ms), schema=schema.GROUP_STATE_SCHEMA)
         started = time.perf_counter()
         metrics = (
             self._tables[GROUP_STATE]
@@ -395,6 +423,15 @@ class DeltaSink:
         report.housekeeping_ms = _ms_since(all_started)
 
 
+def _group_columns(groups: list[dict[str, Any]], batch_id: int, at_ms: int) -> dict[str, list[Any]]:
+    """Group summaries as the columns of ``group_state`` / ``group_history`` (absent = null)."""
+    columns = {name: [g.get(name) for g in groups] for name in _GROUP_COLUMNS}
+    # The batch's clock rather than the wall clock: a replay writes the same row.
+    columns["updated_at_ms"] = [at_ms] * len(groups)
+    columns["batch_id"] = [batch_id] * len(groups)
+    return columns
+
+
 # --- readers ------------------------------------------------------------------------------------
 
 
@@ -449,11 +486,22 @@ def _log_end(table: DeltaTable) -> dict[int, int]:
 
 def _open_or_create(path: Path, name: str) -> DeltaTable:
     if DeltaTable.is_deltatable(str(path)):
-        return DeltaTable(path)
+        return _evolve(DeltaTable(path), name)
     path.mkdir(parents=True, exist_ok=True)
     return DeltaTable.create(
         path, schema.TABLE_SCHEMAS[name], partition_by=schema.PARTITION_BY.get(name)
     )
+
+
+def _evolve(table: DeltaTable, name: str) -> DeltaTable:
+    """Add the columns of ``schema.TABLE_SCHEMAS[name]`` that a table written by an older
+    release lacks (all nullable; Delta appends them after the existing ones)."""
+    present = {f.name for f in table.schema().fields}
+    missing = [f for f in schema.TABLE_SCHEMAS[name] if f.name not in present]
+    if missing:
+        log.info("table %s: adding columns %s", name, [f.name for f in missing])
+        table.alter.add_columns([Field.from_arrow(f) for f in missing])
+    return table
 
 
 def _compact(table: DeltaTable) -> str:
