@@ -11,13 +11,24 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from coordinator.client.member import GroupMember
 from coordinator.client.transport import Callback, InProcessTransport, SimClock, Transport
 from coordinator.config import CoordinatorConfig
 from coordinator.engine import GroupCoordinator
 from coordinator.ids import SequentialIds
+
+
+class Network(Transport, Protocol):
+    """A transport the simulation drives: ``advance`` fires timers (or runs a micro-batch) at
+    the clock's time, ``deliver`` hands over the answers."""
+
+    sent: int  # requests sent so far
+
+    def advance(self) -> None: ...
+
+    def deliver(self) -> int: ...
 
 
 class MemberLink:
@@ -58,12 +69,20 @@ class Simulation:
         step_ms: int = 10,
         seed: int = 0,
         coordinator: GroupCoordinator | None = None,
+        network: Callable[[SimClock], Network] | None = None,
+        start_ms: int = 0,
     ) -> None:
-        self.clock = SimClock(0)
+        self.clock = SimClock(start_ms)
         self.coordinator = coordinator or GroupCoordinator(
             config or CoordinatorConfig(), id_source=SequentialIds()
         )
-        self.network = InProcessTransport(self.coordinator, self.clock)
+        #: The engine in process by default; ``network`` builds another on the clock (e.g.
+        #: ``coordinator.stream.local.LocalNetwork``: the job's micro-batches, no Spark).
+        self.network: Network = (
+            InProcessTransport(self.coordinator, self.clock)
+            if network is None
+            else network(self.clock)
+        )
         self.step_ms = step_ms
         self.rng = random.Random(seed)
         self.members: list[SimMember] = []

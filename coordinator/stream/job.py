@@ -2,7 +2,8 @@
 
     inbox (JSON lines files)  ->  text file source, one row per line
         -> groupBy(group id | offsets partition).applyInPandasWithState(step, ProcessingTimeTimeout)
-        -> foreachBatch: consumer_offsets, rejected_requests, group_state, then responses (Delta)
+        -> foreachBatch: consumer_offsets, rejected_requests, group_history, group_state,
+                         then responses (Delta)
 
 The inbox is read as text, not with Spark's JSON reader: Spark would turn a mistyped field into a
 silent null, while the engine's own parser answers it with Kafka's error and a message. Spark
@@ -30,7 +31,12 @@ from coordinator.log.records import record_from_bytes
 from coordinator.requests import parse
 from coordinator.stream import operator
 from coordinator.stream.schema import Warehouse
-from coordinator.stream.settings import CONF_DIR, Settings, checkpoint_identity
+from coordinator.stream.settings import (
+    CONF_DIR,
+    CheckpointIdentity,
+    Settings,
+    checkpoint_identity,
+)
 from coordinator.stream.sink import DeltaSink, Housekeeping
 
 log = logging.getLogger("coordinator.job")
@@ -381,6 +387,35 @@ class RunningJob:
 StreamBuilder = Callable[[Any, Settings, operator.OperatorSettings], Any]
 
 
+def operator_settings(
+    settings: Settings, identity: CheckpointIdentity
+) -> operator.OperatorSettings:
+    """What the stateful operator's function closes over: Kafka's settings, the checkpoint's
+    member-id seed and the node that answers FindCoordinator."""
+    job = settings.job
+    return operator.OperatorSettings(
+        settings.coordinator,
+        identity.seed,
+        CoordinatorNode(job.node_id, job.node_host, job.node_port),
+    )
+
+
+def batch_sink(
+    settings: Settings,
+    identity: CheckpointIdentity,
+    after_write: Callable[[BatchFigures], None] | None = None,
+) -> BatchSink:
+    """The Delta sink of the job's tables, with the job's housekeeping schedule."""
+    job = settings.job
+    housekeeping = Housekeeping(
+        compact_every_batches=job.compact_every_batches,
+        checkpoint_every_batches=job.checkpoint_every_batches,
+        vacuum_every_batches=job.vacuum_every_batches,
+        vacuum_retention_hours=job.vacuum_retention_hours,
+    )
+    return BatchSink(DeltaSink(job.paths.tables, identity.app_id, housekeeping), after_write)
+
+
 def start(
     spark: Any,
     settings: Settings,
@@ -394,24 +429,8 @@ def start(
     identity = checkpoint_identity(settings)
     job = settings.job
     paths = job.paths
-    opsettings = operator.OperatorSettings(
-        settings.coordinator,
-        identity.seed,
-        CoordinatorNode(job.node_id, job.node_host, job.node_port),
-    )
-    sink = BatchSink(
-        DeltaSink(
-            paths.tables,
-            identity.app_id,
-            Housekeeping(
-                compact_every_batches=job.compact_every_batches,
-                checkpoint_every_batches=job.checkpoint_every_batches,
-                vacuum_every_batches=job.vacuum_every_batches,
-                vacuum_retention_hours=job.vacuum_retention_hours,
-            ),
-        ),
-        after_write,
-    )
+    opsettings = operator_settings(settings, identity)
+    sink = batch_sink(settings, identity, after_write)
     warm_up(spark, job.shards)
     listener = progress_listener(sink, paths)
     spark.streams.addListener(listener)
