@@ -10,7 +10,7 @@ from coordinator import __version__
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from coordinator.cli import bench, replay, run, status, submit
+    from coordinator.cli import bench, groups, replay, run, status, submit
 
     parser = argparse.ArgumentParser(
         prog="coordinator",
@@ -24,6 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_demo_parser(subparsers)
     submit.add_parser(subparsers)
     status.add_parser(subparsers)
+    groups.add_parser(subparsers)
     return parser
 
 

@@ -69,6 +69,19 @@ def add_parser(subparsers: Any) -> None:
     stream.add_argument("--json", action="store_true", help="print one JSON object")
     stream.add_argument("--quick", action="store_true", help="a tiny run (for smoke tests)")
     stream.set_defaults(run=run_stream)
+    groups = kinds.add_parser(
+        "groups", help="coordinator groups' answer times on a warehouse of many groups"
+    )
+    groups.add_argument("--groups", type=int, default=1000)
+    groups.add_argument("--members", type=int, default=3, help="consumers per group (3)")
+    groups.add_argument("--rounds", type=int, default=6, help="commit rounds (6)")
+    groups.add_argument("--repeats", type=int, default=3, help="runs per command (best of)")
+    groups.add_argument(
+        "--warehouse", default="warehouse/bench-groups", metavar="DIR", help="built here"
+    )
+    groups.add_argument("--reuse", action="store_true", help="reuse a warehouse built before")
+    groups.add_argument("--json", action="store_true", help="print one JSON object")
+    groups.set_defaults(run=run_groups)
 
 
 def _join(group: str, rid: int, member_id: str = "") -> dict[str, Any]:
@@ -383,3 +396,9 @@ def run_stream(args: argparse.Namespace) -> int:
         return 0
     print(format_report(figures))
     return 0
+
+
+def run_groups(args: argparse.Namespace) -> int:
+    from coordinator.admin import bench
+
+    return bench.run(args)

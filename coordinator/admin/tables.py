@@ -1,0 +1,281 @@
+"""Reading the job's Delta tables without Spark: delta-rs lists the files, pyarrow reads them.
+
+A reader never sees half a micro-batch. The sink commits the tables one after another, and
+``responses`` last: the ``responses`` table's application transaction is the last batch every
+table holds (``coordinator.stream.sink``). A :class:`Cut` is such a batch id; the append-only
+tables (``consumer_offsets``, ``group_history``, ``responses``, ``rejected_requests``) are read
+at their newest version and filtered to ``batch_id <= cut``. That is exact, and it keeps
+working after ``VACUUM`` has removed the files that Delta time travel would need.
+
+The past (``--as-of``) is a cut too: the batch that was complete at a time (Delta time travel
+on ``responses``, the marker), or the batch of a version of the log (``consumer_offsets``
+version N, as Delta numbers its commits). Group state as of a cut is the last
+``group_history`` row per group at or before it; ``group_state`` (one current row per group,
+a merge table) answers only "now", where it is the fast path for ``--list``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from deltalake import DeltaTable
+
+from coordinator.log.partitioning import partition_for
+from coordinator.stream.schema import (
+    CONSUMER_OFFSETS,
+    GROUP_HISTORY,
+    GROUP_STATE,
+    RESPONSES,
+    TABLE_SCHEMAS,
+    Warehouse,
+)
+
+
+class AsOfError(ValueError):
+    """An ``--as-of`` value that names no point of this warehouse."""
+
+
+def parse_datetime(text: str) -> int:
+    """Epoch milliseconds of an ISO-8601 date-time, as ``kafka-consumer-groups.sh`` reads
+    ``--to-datetime``: ``YYYY-MM-DDTHH:mm:SS[.sss][Z|+hh:mm]``, UTC when no zone is given
+    (Kafka's ``Utils.getDateTime`` appends ``Z``)."""
+    if "T" not in text:
+        raise ValueError(
+            f"Error parsing timestamp '{text}'. It does not contain a 'T' according to "
+            "ISO8601 format (YYYY-MM-DDTHH:mm:SS.sss)"
+        )
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError as problem:
+        raise ValueError(f"Error parsing timestamp '{text}': {problem}") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return int(moment.timestamp() * 1000)
+
+
+@dataclass(frozen=True, slots=True)
+class AsOf:
+    """A point in the warehouse's past: a time, or a version of the log table."""
+
+    timestamp_ms: int | None = None
+    log_version: int | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> AsOf:
+        """``123`` is version 123 of ``consumer_offsets``; anything else is a date-time."""
+        text = text.strip()
+        if text.isdigit():
+            return cls(log_version=int(text))
+        return cls(timestamp_ms=parse_datetime(text))
+
+    def describe(self) -> str:
+        if self.log_version is not None:
+            return f"log version {self.log_version}"
+        assert self.timestamp_ms is not None
+        return format_ms(self.timestamp_ms)
+
+
+@dataclass(frozen=True, slots=True)
+class Cut:
+    """Everything up to and including ``batch_id`` (None: no batch is complete yet)."""
+
+    batch_id: int | None
+    as_of: AsOf | None = None
+
+    @property
+    def now(self) -> bool:
+        return self.as_of is None
+
+
+def format_ms(ms: int | None) -> str:
+    """ISO-8601 in UTC to the millisecond (``-`` for None), the CLI's one time format."""
+    if ms is None:
+        return "-"
+    moment = datetime.fromtimestamp(ms / 1000, UTC)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+class WarehouseReader:
+    """The tables of one warehouse, read at consistent cuts."""
+
+    def __init__(self, warehouse: str | Path, checkpoint: str | Path | None = None) -> None:
+        self.paths = Warehouse.at(warehouse, checkpoint=checkpoint)
+        self._tables: dict[str, DeltaTable | None] = {}
+
+    # --- tables ---------------------------------------------------------------------------------
+
+    def table(self, name: str) -> DeltaTable | None:
+        """The table at its newest version, or None when the job never wrote it."""
+        if name not in self._tables:
+            path = self.paths.table(name)
+            self._tables[name] = (
+                DeltaTable(str(path)) if DeltaTable.is_deltatable(str(path)) else None
+            )
+        return self._tables[name]
+
+    @cached_property
+    def app_id(self) -> str | None:
+        """The job's Delta application id: from the checkpoint's ``coordinator.json``, else
+        from the newest application transaction in the ``responses`` log."""
+        identity = self.paths.checkpoint / "coordinator.json"
+        if identity.exists():
+            return str(json.loads(identity.read_text())["app_id"])
+        log_dir = self.paths.table(RESPONSES) / "_delta_log"
+        commits = sorted(log_dir.glob("*.json"), reverse=True) if log_dir.exists() else []
+        for commit in commits:
+            for line in commit.read_text().splitlines():
+                action = json.loads(line)
+                if "txn" in action:
+                    return str(action["txn"]["appId"])
+        return None
+
+    @property
+    def offsets_topic_num_partitions(self) -> int:
+        """From the checkpoint (pinned there), else the default of Kafka's broker (50)."""
+        identity = self.paths.checkpoint / "coordinator.json"
+        if identity.exists():
+            return int(json.loads(identity.read_text())["offsets_topic_num_partitions"])
+        return 50
+
+    # --- cuts -----------------------------------------------------------------------------------
+
+    def cut(self, as_of: AsOf | None = None) -> Cut:
+        """The last whole batch now, at a time, or at a version of the log."""
+        app = self.app_id
+        if app is None:
+            return Cut(None, as_of)
+        if as_of is None:
+            responses = self.table(RESPONSES)
+            return Cut(None if responses is None else responses.transaction_version(app))
+        if as_of.log_version is not None:
+            return Cut(self._log_version_batch(app, as_of.log_version), as_of)
+        assert as_of.timestamp_ms is not None
+        return Cut(self._batch_at(app, as_of.timestamp_ms), as_of)
+
+    def _batch_at(self, app: str, timestamp_ms: int) -> int | None:
+        path = str(self.paths.table(RESPONSES))
+        if not DeltaTable.is_deltatable(path):
+            return None
+        table = DeltaTable(path)
+        try:
+            table.load_as_version(datetime.fromtimestamp(timestamp_ms / 1000, UTC))
+        except Exception as problem:  # delta-rs: no version at or before that time
+            if "before" in str(problem).lower() or "no version" in str(problem).lower():
+                return None
+            raise
+        return table.transaction_version(app)
+
+    def _log_version_batch(self, app: str, version: int) -> int | None:
+        log = self.table(CONSUMER_OFFSETS)
+        if log is None or version > log.version():
+            newest = None if log is None else log.version()
+            raise AsOfError(f"the log has no version {version} (newest: {newest})")
+        try:
+            at = DeltaTable(str(self.paths.table(CONSUMER_OFFSETS)), version=version)
+        except Exception as problem:
+            raise AsOfError(f"log version {version} cannot be read: {problem}") from None
+        return at.transaction_version(app)
+
+    # --- reading --------------------------------------------------------------------------------
+
+    def read(
+        self,
+        name: str,
+        cut: Cut,
+        *,
+        columns: Sequence[str] | None = None,
+        group_ids: Iterable[str] | None = None,
+        offsets_partitions: Iterable[int] | None = None,
+    ) -> pa.Table:
+        """Rows of an append-only table up to the cut (the table's schema when it is absent),
+        of some groups only, and on ``consumer_offsets`` of some offsets partitions only (whole
+        directories pruned).
+
+        Only integer conditions go down to the parquet scan: files that delta-rs's merge wrote
+        carry ``string_view`` columns, and pyarrow cannot compare those with a ``string``
+        statistic, so group ids are filtered once the rows are read."""
+        schema = TABLE_SCHEMAS[name]
+        wanted = list(columns) if columns is not None else schema.names
+        table = self.table(name)
+        if table is None or cut.batch_id is None:
+            return schema.empty_table().select(wanted)
+        condition = pc.field("batch_id") <= cut.batch_id
+        if offsets_partitions is not None:
+            condition = condition & pc.field("offsets_partition").isin(sorted(offsets_partitions))
+        return _only_groups(
+            table.to_pyarrow_dataset().to_table(columns=wanted, filter=condition), group_ids
+        )
+
+    def log(self, cut: Cut, group_ids: Iterable[str] | None = None, **kwargs: Any) -> pa.Table:
+        """``consumer_offsets`` rows in log order, of some groups (reading only their offsets
+        partitions) or of all."""
+        partitions = None
+        if group_ids is not None:
+            group_ids = sorted(set(group_ids))
+            count = self.offsets_topic_num_partitions
+            partitions = {partition_for(g, count) for g in group_ids}
+        rows = self.read(
+            CONSUMER_OFFSETS, cut, group_ids=group_ids, offsets_partitions=partitions, **kwargs
+        )
+        return rows.sort_by([("offsets_partition", "ascending"), ("offset", "ascending")])
+
+    def group_history(self, cut: Cut, group_ids: Iterable[str] | None = None) -> pa.Table:
+        """``group_history`` rows (every change of a group's summary) in batch order."""
+        rows = self.read(GROUP_HISTORY, cut, group_ids=group_ids)
+        return rows.sort_by([("group_id", "ascending"), ("batch_id", "ascending")])
+
+    def group_states(
+        self, cut: Cut, group_ids: Iterable[str] | None = None
+    ) -> list[dict[str, Any]]:
+        """One summary per live group (no Dead ones), sorted by group id.
+
+        Now: the ``group_state`` table itself. As of a cut: each group's last
+        ``group_history`` row at or before it (falling back to Delta time travel on
+        ``group_state`` for a warehouse written before ``group_history`` existed)."""
+        wanted = None if group_ids is None else set(group_ids)
+        if cut.now:
+            rows = self._current_states(wanted)
+        elif self.table(GROUP_HISTORY) is not None:
+            rows = self._states_from_history(cut, wanted)
+        else:
+            rows = self._states_by_time_travel(cut, wanted)
+        return sorted((r for r in rows if r.get("state") != "Dead"), key=lambda r: r["group_id"])
+
+    def _current_states(self, wanted: set[str] | None) -> list[dict[str, Any]]:
+        table = self.table(GROUP_STATE)
+        if table is None:
+            return []
+        rows: list[dict[str, Any]] = _only_groups(table.to_pyarrow_table(), wanted).to_pylist()
+        return rows
+
+    def _states_from_history(self, cut: Cut, wanted: set[str] | None) -> list[dict[str, Any]]:
+        latest: dict[str, dict[str, Any]] = {}
+        for row in self.group_history(cut, wanted).to_pylist():
+            latest[row["group_id"]] = row  # batch order: the last one wins
+        return list(latest.values())
+
+    def _states_by_time_travel(self, cut: Cut, wanted: set[str] | None) -> list[dict[str, Any]]:
+        if cut.batch_id is None or self.table(GROUP_STATE) is None:
+            return []
+        table = DeltaTable(str(self.paths.table(GROUP_STATE)))
+        assert cut.as_of is not None
+        if cut.as_of.timestamp_ms is not None:
+            moment = datetime.fromtimestamp(cut.as_of.timestamp_ms / 1000, UTC)
+            table.load_as_version(moment)
+        rows: list[dict[str, Any]] = _only_groups(table.to_pyarrow_table(), wanted).to_pylist()
+        return [r for r in rows if r["batch_id"] <= cut.batch_id]
+
+
+def _only_groups(rows: pa.Table, group_ids: Iterable[str] | None) -> pa.Table:
+    if group_ids is None:
+        return rows
+    ids = pa.array(sorted(set(group_ids)), type=pa.string())
+    return rows.filter(pc.is_in(rows.column("group_id").cast(pa.string()), value_set=ids))
