@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 export PIP_CONSTRAINT := $(CURDIR)/constraints.txt
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: setup demo demo-replay test test-fast lint format bench clean
+.PHONY: setup demo demo-replay notebook test test-fast lint format bench clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -19,6 +19,12 @@ setup: $(STAMP)
 # The Spark job on the embedded default with live members (about a minute once installed).
 demo: setup
 	$(BIN)/coordinator demo
+
+# The demo, then notebooks/offsets_history.ipynb on its warehouse; the executed copy, pictures
+# included, goes to docs/ (about two minutes).
+notebook: setup
+	$(BIN)/coordinator demo --warehouse warehouse/demo
+	$(BIN)/python -m coordinator.notebook --warehouse warehouse/demo --output docs/offsets_history.ipynb
 
 # The engine alone, replaying the stories in examples/ (no Spark; instant).
 demo-replay: setup

@@ -7,10 +7,17 @@ range assignment, heartbeat and commit. Then one member's process dies: no Leave
 more sent. Its session runs out inside the job (a processing-time timeout, with no input for the
 group), the group rebalances and the two survivors share its partitions and commit again.
 Finally the timeline of the group as the ``responses`` table recorded it, and the tables.
+
+A producer writes to the topic all along, each partition at its own rate; the coordinator holds
+no topic data, so the demo samples the partitions' log-end offsets every second into
+``<warehouse>/topic_offsets.csv`` (the operator's topic-offsets file, see
+:mod:`coordinator.admin.topic_offsets`). A member commits the log end it has consumed up to,
+never beyond it: ``notebooks/offsets_history.ipynb`` plots the lag from the two.
 """
 
 from __future__ import annotations
 
+import csv
 import json
 import shutil
 import time
@@ -32,6 +39,8 @@ GROUP = "demo-orders"
 TOPIC = "orders"
 PARTITIONS = 6
 MARKER = ".coordinator-demo"
+#: The producer's log-end samples, in the warehouse (a topic-offsets CSV).
+TOPIC_OFFSETS = "topic_offsets.csv"
 
 
 def prepare_warehouse(path: Path) -> None:
@@ -44,6 +53,38 @@ def prepare_warehouse(path: Path) -> None:
     (path / MARKER).write_text("made by coordinator demo; wiped by the next one\n")
 
 
+class Producer:
+    """The topic's producer, as far as the demo needs one: partition ``p`` grows by
+    ``5 + 3p`` messages a second from the demo's start. :meth:`sample` appends every
+    partition's log-end offset at the wall-clock time (the job's clock) to a topic-offsets CSV."""
+
+    COLUMNS = ("topic", "partition", "timestamp_ms", "log_start_offset", "log_end_offset")
+
+    def __init__(self, path: Path, sample_every_s: float = 1.0) -> None:
+        self.path = path
+        self.sample_every_s = sample_every_s
+        self.started = time.monotonic()
+        self.next_sample = 0.0
+        with path.open("w", newline="") as f:
+            csv.writer(f).writerow(self.COLUMNS)
+
+    def sample(self) -> dict[int, int]:
+        """Every partition's log end now (also written as one sample row each)."""
+        now = time.monotonic()
+        at_ms = int(time.time() * 1000)
+        log_end = {p: int((5 + 3 * p) * (now - self.started)) for p in range(PARTITIONS)}
+        with self.path.open("a", newline="") as f:
+            writer = csv.writer(f)
+            for p, end in log_end.items():
+                writer.writerow((TOPIC, p, at_ms, 0, end))
+        self.next_sample = now + self.sample_every_s
+        return log_end
+
+    def tick(self) -> None:
+        if time.monotonic() >= self.next_sample:
+            self.sample()
+
+
 class Demo:
     def __init__(self, settings: Settings, out: TextIO) -> None:
         self.settings = settings
@@ -54,6 +95,7 @@ class Demo:
         self.links: dict[str, MemberLink] = {}
         self.members: dict[str, GroupMember] = {}
         self.started = time.monotonic()
+        self.producer = Producer(settings.job.paths.root / TOPIC_OFFSETS)
 
     def say(self, text: str) -> None:
         self.out.write(f"[{time.monotonic() - self.started:6.1f} s] {text}\n")
@@ -84,6 +126,7 @@ class Demo:
         end = time.monotonic() + seconds
         next_poll = 0.0
         while time.monotonic() < end:
+            self.producer.tick()
             self.transport.deliver()
             now = time.monotonic()
             for member in self.members.values():
@@ -115,10 +158,12 @@ class Demo:
                 f"{TOPIC} [{parts}]"
             )
 
-    def commit_all(self, base: int) -> None:
+    def commit_all(self) -> None:
+        """Every member commits the log end of its partitions: it consumed all there was."""
         done: list[str] = []
+        log_end = self.producer.sample()
         for name, member in self.members.items():
-            offsets = {tp: base + tp.partition for tp in member.assignment}
+            offsets = {tp: log_end[tp.partition] for tp in member.assignment}
 
             def callback(committed: Any, error: Exception | None, name: str = name) -> None:
                 done.append(name if error is None else f"{name}: {error}")
@@ -128,12 +173,32 @@ class Demo:
         self.say(f"commits acknowledged (the log holds them): {sorted(done)}")
 
 
+def demo_settings(warehouse: Path) -> Settings:
+    return load_settings([], warehouse=str(warehouse), trigger_interval_ms=200)
+
+
 def run_demo(warehouse: Path, out: TextIO) -> int:
     prepare_warehouse(warehouse)
-    settings = load_settings([], warehouse=str(warehouse), trigger_interval_ms=200)
+    settings = demo_settings(warehouse)
     reader = ResponseReader(settings.job.paths.table("responses"), start_version=0)
     out.write(f"Starting the coordinator job (Spark local[{settings.job.shards}], delta-rs)...\n")
     spark = job.spark_session(settings)
+    try:
+        code = play(spark, settings, out)
+    finally:
+        spark.stop()
+    if code != 0:
+        return code
+    print_timeline(reader, out)
+    print_tables(settings, out)
+    return 0
+
+
+def play(spark: Any, settings: Settings, out: TextIO) -> int:
+    """The scenario on ``spark`` (the demo's own session, or a test's shared one): start the
+    job, form the group, commit, crash a member, rebalance, commit again, stop the job (not the
+    session). 0 when it went so; 1 when the group did not form or rebalance in time."""
+    spark.conf.set("spark.sql.shuffle.partitions", str(settings.job.shards))
     running = job.start(spark, settings)
     demo = Demo(settings, out)
     try:
@@ -145,7 +210,7 @@ def run_demo(warehouse: Path, out: TextIO) -> int:
             return 1
         demo.say("the group is Stable; range assignment:")
         demo.show_assignment()
-        demo.commit_all(100)
+        demo.commit_all()
         demo.pump(3)
         demo.say("consumer-3 crashes (kill -9: no LeaveGroup); its session is 10 s")
         demo.crash("consumer-3")
@@ -154,13 +219,10 @@ def run_demo(warehouse: Path, out: TextIO) -> int:
             return 1
         demo.say("session expired in the job; the group rebalanced:")
         demo.show_assignment()
-        demo.commit_all(200)
+        demo.commit_all()
         demo.pump(2)
     finally:
         running.stop()
-        spark.stop()
-    print_timeline(reader, out)
-    print_tables(settings, out)
     return 0
 
 
