@@ -2,7 +2,7 @@
 
 Builds (or reuses) a warehouse of N consumer groups written by the job's own operator and
 sink (:class:`coordinator.stream.local.LocalJob`; live ``GroupMember``s on a simulated clock,
-each group formed, committing in rounds, one member per group restarting, so the tables have a
+each group formed, committing every 5 s, one member per group leaving, so the tables have a
 realistic shape: every change in ``group_history``, many small files, compacted on the job's
 schedule), then times each ``coordinator groups`` command the way an operator runs it: a fresh
 process from the shell (interpreter start and imports included), best of a few runs, and also
@@ -26,9 +26,11 @@ PARTITIONS = 6
 MARKER = ".bench-groups"
 
 
-def build_warehouse(root: Path, groups: int, members: int, rounds: int) -> dict[str, Any]:
-    """N groups of ``members`` consumers of one topic: form, commit ``rounds`` times, one
-    member leaves and the rest rebalance, commit again. Returns what was built."""
+def build_warehouse(root: Path, groups: int, members: int, minutes: float) -> dict[str, Any]:
+    """N groups of ``members`` consumers of one topic, for ``minutes`` of simulated time at
+    the job's pace (a micro-batch every 500 ms, so the tables get the job's number of commits
+    and files, compacted on its schedule): they form, heartbeat, commit every 5 s, and half way
+    one member per group leaves and the rest rebalance. Returns what was built."""
     from coordinator.client.member import MemberConfig
     from coordinator.client.simulation import Simulation
     from coordinator.stream.local import LocalJob, LocalNetwork
@@ -47,50 +49,42 @@ def build_warehouse(root: Path, groups: int, members: int, rounds: int) -> dict[
     )
     config = MemberConfig(session_timeout_ms=30_000, heartbeat_interval_ms=3_000)
     started = time.perf_counter()
-    consumers = {
-        g: [
-            sim.add_member(
-                f"group-{g:05d}",
-                [TOPIC],
-                metadata={TOPIC: PARTITIONS},
-                config=config,
-                client_id=f"consumer-{m}",
-                poll_every_ms=1_000,
-            )
-            for m in range(members)
-        ]
+    consumers = [
+        sim.add_member(
+            f"group-{g:05d}",
+            [TOPIC],
+            metadata={TOPIC: PARTITIONS},
+            config=config,
+            client_id=f"consumer-{m}",
+            poll_every_ms=1_000,
+        )
         for g in range(groups)
-    }
+        for m in range(members)
+    ]
 
     def settled() -> bool:
         return all(
-            m.state.value == "STABLE" and not m.rejoin_needed
-            for ms in consumers.values()
-            for m in ms
-            if not m.closed
+            m.state.value == "STABLE" and not m.rejoin_needed for m in consumers if not m.closed
         )
 
     if not sim.run(600_000, until=settled):
         raise RuntimeError("the groups did not form in 10 simulated minutes")
-    position = 0
+    rounds = max(2, int(minutes * 60 / 5))
     for round_ in range(rounds):
-        position += 100
-        for ms in consumers.values():
-            for m in ms:
-                if not m.closed:
-                    m.commit(dict.fromkeys(m.assignment, position))
-        sim.run(2_000)
+        for m in consumers:
+            if not m.closed:
+                m.commit(dict.fromkeys(m.assignment, (round_ + 1) * 100))
         if round_ == rounds // 2:
-            for ms in consumers.values():
-                ms[-1].close()
-            sim.run(600_000, until=settled)
-    sim.run(2_000)
+            for m in consumers[members - 1 :: members]:
+                m.close()
+        sim.run(5_000)
     return {
         "groups": groups,
         "members": members,
-        "rounds": rounds,
+        "simulated_minutes": round((sim.clock.now_ms() - START_MS) / 60_000, 1),
         "batches": job.batch_id,
         "build_s": round(time.perf_counter() - started, 1),
+        "files": sum(1 for f in root.rglob("*.parquet")),
         "size_mb": round(sum(f.stat().st_size for f in root.rglob("*") if f.is_file()) / 1e6, 1),
     }
 
@@ -156,10 +150,10 @@ def run(args: Any) -> int:
     if not args.reuse or not (root / MARKER).exists():
         print(
             f"bench groups: building {args.groups} groups x {args.members} members "
-            f"({args.rounds} commit rounds) in {root}",
+            f"({args.minutes} simulated minutes) in {root}",
             file=sys.stderr,
         )
-        built = build_warehouse(root, args.groups, args.members, args.rounds)
+        built = build_warehouse(root, args.groups, args.members, args.minutes)
     figures = measure(root, args.repeats, f"group-{args.groups // 2:05d}")
     if args.json:
         print(json.dumps({"built": built, "commands": figures}))
@@ -167,7 +161,8 @@ def run(args: Any) -> int:
     if built:
         print(
             f"warehouse: {built['groups']} groups x {built['members']} members, "
-            f"{built['batches']} batches, {built['size_mb']} MB, built in {built['build_s']} s"
+            f"{built['simulated_minutes']} simulated minutes, {built['batches']} batches, "
+            f"{built['files']} data files, {built['size_mb']} MB, built in {built['build_s']} s"
         )
     print(f"{'COMMAND':<32} {'PROCESS (s)':>12} {'IN-PROCESS (s)':>15}   (best of {args.repeats})")
     for name, f in figures.items():

@@ -74,7 +74,9 @@ def add_parser(subparsers: Any) -> None:
     )
     groups.add_argument("--groups", type=int, default=1000)
     groups.add_argument("--members", type=int, default=3, help="consumers per group (3)")
-    groups.add_argument("--rounds", type=int, default=6, help="commit rounds (6)")
+    groups.add_argument(
+        "--minutes", type=float, default=3.0, help="simulated minutes of the job (3)"
+    )
     groups.add_argument("--repeats", type=int, default=3, help="runs per command (best of)")
     groups.add_argument(
         "--warehouse", default="warehouse/bench-groups", metavar="DIR", help="built here"
