@@ -414,3 +414,63 @@ def test_a_change_with_no_job_running_times_out_with_advice(
     assert code == 1
     assert "no answer from the coordinator within 0.3 s: is the job running" in out
     assert len(list((copy / "inbox").iterdir())) == 1  # left for the job to apply
+
+
+# --- against the Spark job itself ------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_the_cli_inspects_resets_and_deletes_on_the_running_spark_job(
+    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tests.stream_support import RunningCoordinator
+    from tests.test_stream_job import commit, form_group
+
+    running = RunningCoordinator(spark, tmp_path / "warehouse").start()
+    story = Story(running.warehouse, tmp_path / "none.csv")
+    try:
+        generation, ids = form_group(running, "live", 2)
+        running.request(commit("c1", "live", ids[0], generation, {0: 5}))
+        running.request(commit("c2", "idle", "", -1, {0: 7, 1: 8}))
+        _, out, _ = groups(capsys, story, "--list", "--state")
+        assert table(out)[1:] == [["idle", "Empty"], ["live", "Stable"]]
+        document = as_json(capsys, story, "--describe", "--group", "live", "--members")
+        assert sorted(m["consumer_id"] for m in document["groups"][0]["members"]) == sorted(ids)
+
+        code, out, _ = groups(
+            capsys,
+            story,
+            "--reset-offsets",
+            "--group",
+            "live",
+            "--all-topics",
+            "--to-offset",
+            "0",
+            "--execute",
+        )
+        assert code == 1 and "is inactive, but the current state is Stable" in out
+        code, out, _ = groups(
+            capsys,
+            story,
+            "--reset-offsets",
+            "--group",
+            "idle",
+            "--all-topics",
+            "--shift-by",
+            "-2",
+            "--execute",
+            "--timeout",
+            "120",
+        )
+        assert code == 0, out
+        document = as_json(capsys, story, "--describe", "--group", "idle")
+        assert [r["current_offset"] for r in document["groups"][0]["offsets"]] == [5, 6]
+
+        code, out, _ = groups(capsys, story, "--delete", "--group", "live", "--timeout", "120")
+        assert code == 1 and "NON_EMPTY_GROUP" in out
+        code, out, _ = groups(capsys, story, "--delete", "--group", "idle", "--timeout", "120")
+        assert code == 0, out
+        _, out, _ = groups(capsys, story, "--list")
+        assert out.splitlines() == ["live"]
+    finally:
+        running.stop()
