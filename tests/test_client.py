@@ -257,6 +257,21 @@ def test_a_standalone_consumer_commits_as_a_simple_group() -> None:
     assert group.offsets[("orders", 3)].committed_offset == 42
 
 
+def test_members_rejoin_after_an_outage_longer_than_their_session() -> None:
+    """The coordinator unreachable for longer than session.timeout.ms: the members' sessions
+    run out on both sides. Finding the coordinator again resets the member's session timer
+    (Kafka's ``FindCoordinatorResponseHandler.onSuccess``), so they rejoin instead of
+    forgetting the coordinator on every tick and looking it up forever."""
+    sim = Simulation(CONFIG, seed=7)
+    members = form(sim, 3)
+    sim.network.down = {0}
+    sim.run(3 * FAST.session_timeout_ms)
+    assert all(m.coordinator is None for m in members)
+    sim.network.down = set()
+    assert sim.run(60_000, until=lambda: sim.stable("g")), [m.state for m in members]
+    assert_exactly_once(members)
+
+
 def test_every_member_ends_in_the_same_generation_through_churn() -> None:
     sim = Simulation(CONFIG, seed=7)
     members = form(sim, 12, assignors=["range", "cooperative-sticky"])

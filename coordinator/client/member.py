@@ -336,6 +336,10 @@ class GroupMember:
         now = self.clock.now_ms()
         if answer["error"] is None:
             self.coordinator = answer["node_id"]
+            # Kafka's FindCoordinatorResponseHandler.onSuccess: heartbeat.resetSessionTimeout().
+            # Without it a member whose session ran out while the coordinator was unreachable
+            # would forget the coordinator again on its next tick, and look it up forever.
+            self.heartbeat.reset_session(now)
             self._event(now, "coordinator", answer["node_id"])
         else:
             self._backoff(now)
