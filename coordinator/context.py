@@ -114,5 +114,16 @@ class GroupContext:
             group.schedule(EXPIRY_KEY, deadline, self.next_seq(), OFFSET_EXPIRY)
 
     def new_member_id(self, prefix: str, request_id: Any) -> str:
-        """``<client id or instance id>-<uuid>`` (Kafka's ``generateMemberId``)."""
-        return f"{prefix}-{self.ids(self.group_id, request_id)}"
+        """``<client id or instance id>-<uuid>`` (Kafka's ``generateMemberId``).
+
+        Kafka's UUIDs are random; a deterministic id source (the job's keyed hash of the request
+        id) gives the same id again when a request id is reused, so an id the group already
+        holds is minted again from (request id, attempt) until it is new."""
+        member_id = f"{prefix}-{self.ids(self.group_id, request_id)}"
+        group, attempt = self.group, 0
+        while group is not None and (
+            member_id in group.members or member_id in group.pending_members
+        ):
+            attempt += 1
+            member_id = f"{prefix}-{self.ids(self.group_id, (request_id, attempt))}"
+        return member_id

@@ -86,7 +86,21 @@ int64 = _int(INT64_MIN, INT64_MAX)
 def string(name: str, value: Any) -> str:
     if not isinstance(value, str):
         raise BadRequest(Error.INVALID_REQUEST, f"{name} must be a string, got {_show(value)}")
+    if not _unicode(value):
+        raise BadRequest(Error.INVALID_REQUEST, f"{name} is not valid Unicode: {_show(value)}")
     return value
+
+
+def _unicode(value: str) -> bool:
+    """Whether the string can be written as UTF-8, as Kafka's strings are: a JSON escape such as
+    ``"\\ud800"`` makes a lone surrogate, which no log record or table could hold."""
+    if value.isascii():
+        return True
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def boolean(name: str, value: Any) -> bool:
@@ -234,14 +248,17 @@ def parse(raw: Any) -> Request:
     if not isinstance(raw, dict):
         raise BadRequest(Error.INVALID_REQUEST, f"a request must be an object, got {_show(raw)}")
     api = raw.get("api")
-    if api not in APIS:
+    if not isinstance(api, str) or api not in APIS:  # a list or dict is not even hashable
         known = ", ".join(sorted(APIS))
-        raise BadRequest(Error.INVALID_REQUEST, f"unknown api {api!r}; expected one of {known}")
+        shown = repr(api) if len(repr(api)) <= 60 else _show(api)
+        raise BadRequest(Error.INVALID_REQUEST, f"unknown api {shown}; expected one of {known}")
     request_id = raw.get("request_id")
     if request_id is None:
         raise BadRequest(Error.INVALID_REQUEST, "missing field request_id")
     if not isinstance(request_id, (str, int)) or isinstance(request_id, bool):
         raise BadRequest(Error.INVALID_REQUEST, "request_id must be a string or an integer")
+    if isinstance(request_id, str) and not _unicode(request_id):
+        raise BadRequest(Error.INVALID_REQUEST, "request_id is not valid Unicode")
 
     version = raw.get("api_version")
     max_version = MAX_API_VERSION[api]
@@ -262,8 +279,8 @@ def parse(raw: Any) -> Request:
         group_id = ""
     elif group_id is None:
         raise BadRequest(Error.INVALID_GROUP_ID, "group_id is missing or null")
-    elif not isinstance(group_id, str):
-        raise BadRequest(Error.INVALID_REQUEST, f"group_id must be a string, got {_show(group_id)}")
+    else:
+        group_id = string("group_id", group_id)
 
     body = _read_fields(raw, API_FIELDS[api])
     request = Request(api, request_id, group_id, int(version), body)

@@ -50,7 +50,9 @@ def offset_commit(ctx: GroupContext, request: Request) -> None:
 
     now = ctx.now_ms
     retention = body["retention_time_ms"]
-    expire = None if retention == -1 else now + retention
+    # Java's long arithmetic, as Kafka computes it: a retention near Long.MAX_VALUE wraps to a
+    # negative expiry (the offset goes at the next sweep) instead of overflowing the record.
+    expire = None if retention == -1 else _java_long(now + retention)
     limit = ctx.config.offset_metadata_max_bytes
     results = []
     for partition in offsets:
@@ -170,6 +172,11 @@ def offset_delete(ctx: GroupContext, request: Request) -> None:
             }
         )
     ctx.respond("offset_delete", request.request_id, partitions=results)
+
+
+def _java_long(value: int) -> int:
+    """``value`` as Java's 64-bit two's-complement arithmetic leaves it."""
+    return (value + 2**63) % 2**64 - 2**63
 
 
 # --- retention (12.4) -------------------------------------------------------------------------

@@ -8,12 +8,14 @@ file source, the state store (state lives in memory, so a ``LocalJob`` does not 
 process) and the trigger (the caller says when a batch runs, and at what time).
 
 Tables written by a ``LocalJob`` are indistinguishable from the job's, which is what the
-operator tools, the Spark queries and their benchmarks need. Do not point a Spark job at the
-same warehouse: it would start from batch 0 on the same app id, which the sink refuses.
+operator tools, the Spark queries and their benchmarks need. A Spark job started later on the
+same warehouse finds a checkpoint with no Spark state and rebuilds from the log
+(:mod:`coordinator.stream.rebuild`), as after a lost checkpoint.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -68,9 +70,13 @@ class LocalJob:
         return [decode_response(r) for r in rows if r["kind"] == operator.RESPONSE]
 
     def poll_inbox(self, now_ms: int) -> int:
-        """One micro-batch of every complete file in the inbox (hidden names skipped, as
-        Spark's file source does), in name order, each file's lines in order; the files then
-        go to ``archive/``. Returns how many files; with none, timers are still fired."""
+        """One micro-batch of every file in the inbox (hidden names skipped, as Spark's file
+        source does), in name order, each file's lines in order; the files then go to
+        ``archive/``. Returns how many files; with none, timers are still fired.
+
+        A file is read as it is at that moment and split as the job splits it (:func:`lines_of`:
+        lines end at LF or CRLF, blank ones skipped, the last one marked when the file does not
+        end with a newline, undecodable UTF-8 replaced by U+FFFD and marked)."""
         paths = self.settings.job.paths
         files = (
             sorted(p for p in paths.inbox.iterdir() if not p.name.startswith((".", "_")))
@@ -80,12 +86,7 @@ class LocalJob:
         if not files:
             self.advance(now_ms)
             return 0
-        lines = [
-            _line(text, str(path), i)
-            for path in files
-            for i, text in enumerate(path.read_text().splitlines())
-            if text.strip()
-        ]
+        lines = [line for path in files for line in lines_of(path.read_bytes(), str(path))]
         self._run(lines, now_ms)
         paths.archive.mkdir(parents=True, exist_ok=True)
         for path in files:
@@ -101,12 +102,41 @@ class LocalJob:
         return self.run_batch((), now_ms)
 
 
-def _line(value: str, source: str, position: int) -> InboxLine:
+def lines_of(data: bytes, source: str) -> list[InboxLine]:
+    """A request file's lines as the job's text source gives them (``job.inbox_stream``)."""
+    try:
+        text = data.decode("utf-8")
+        valid = True
+    except UnicodeDecodeError:
+        text = data.decode("utf-8", "replace")
+        valid = False
+    parts = _NEWLINE.split(text)
+    return [
+        _line(
+            part,
+            source,
+            i,
+            terminated=i < len(parts) - 1,
+            valid_utf8=valid or "\ufffd" not in part,
+        )
+        for i, part in enumerate(parts)
+        if part.strip(" ")  # Spark's trim: spaces only
+    ]
+
+
+_NEWLINE = re.compile(r"\r?\n")
+
+
+def _line(
+    value: str, source: str, position: int, *, terminated: bool = True, valid_utf8: bool = True
+) -> InboxLine:
     try:
         group_id = jsonio.loads(value).get("group_id") or ""
     except Exception:  # a bad line is the operator's to answer or reject
         group_id = ""
-    return InboxLine(value, source, position, group_id if isinstance(group_id, str) else "")
+    # As Spark's get_json_object gives the key: UTF-8, a lone surrogate (an escape) as "?".
+    group_id = group_id.encode("utf-8", "replace").decode() if isinstance(group_id, str) else ""
+    return InboxLine(value, source, position, group_id, terminated, valid_utf8)
 
 
 class LocalNetwork:

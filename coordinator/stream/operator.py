@@ -18,23 +18,39 @@ Spark keeps in its offsets log and restores when it re-runs a batch), member ids
 :class:`coordinator.ids.KeyedIds` (a keyed hash of the seed, the group id and the request id),
 and a key's lines are applied in (file name, position in file) order, never in the order Spark
 hands rows over.
+
+Loads (a checkpoint rebuilt from the log, :mod:`coordinator.stream.rebuild`). A line read from
+the checkpoint's bootstrap directory (``OperatorSettings.bootstrap_dir``; never a line from the
+inbox, so that no client can inject state) is a group's compacted ``__consumer_offsets``
+records, ``{"group_id": ..., "records": [[key_b64, value_b64 or null], ...]}``. A group id with
+no state adopts it before the batch's requests run: the records are replayed with the engine's
+own replay (:func:`coordinator.log.records.replay`, as ``GroupCoordinator.from_records`` does)
+at the batch's time, then Kafka's ``onLoaded`` gives every member a fresh session. A group id
+that already has state keeps it and the load is ignored (with a warning).
 """
 
 from __future__ import annotations
 
+import base64
 import json
+import posixpath
+import re
 import struct
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import unquote, urlparse
 
 from coordinator import jsonio
 from coordinator.config import CoordinatorConfig
-from coordinator.engine import CoordinatorNode, find_coordinator_response
+from coordinator.context import GroupContext
+from coordinator.engine import CoordinatorNode, find_coordinator_response, on_loaded
+from coordinator.errors import Error
 from coordinator.group.model import ClassicGroup
 from coordinator.group.snapshot import decode_group, encode_group
 from coordinator.ids import KeyedIds
 from coordinator.log.partitioning import partition_for
+from coordinator.log.records import record_from_bytes, replay
 from coordinator.requests import BadRequest, bad_request_response, parse
 from coordinator.step import step
 
@@ -74,12 +90,18 @@ KEY_MODES = (GROUP_KEY, SHARD_KEY)
 
 @dataclass(frozen=True, slots=True)
 class InboxLine:
-    """One line of a request file, where it came from (the order key) and its group id key."""
+    """One line of a request file, where it came from (the order key) and its group id key.
+
+    ``terminated``: the line ended with a newline (False only for a file's last line when the
+    file does not end with one: a line cut short). ``valid_utf8``: the line's bytes were UTF-8
+    (False: undecodable bytes were replaced by U+FFFD on the way in)."""
 
     value: str
     source_file: str
     position: int
     group_id: str = ""
+    terminated: bool = True
+    valid_utf8: bool = True
 
     @property
     def order(self) -> tuple[str, int]:
@@ -93,9 +115,18 @@ class OperatorSettings:
     config: CoordinatorConfig
     seed: bytes
     node: CoordinatorNode = field(default_factory=CoordinatorNode)
+    #: ``job.max.request.bytes``: a longer line is refused unparsed.
+    max_request_bytes: int = 1024 * 1024
+    #: The checkpoint's bootstrap directory (a rebuild from the log), None when it has none:
+    #: lines read from files beneath it are loads, every other line is a request.
+    bootstrap_dir: str | None = None
 
     def ids(self) -> KeyedIds:
         return KeyedIds(self.seed)
+
+    def is_load(self, line: InboxLine) -> bool:
+        """Whether ``line`` came from a bootstrap file (never true of an inbox line)."""
+        return self.bootstrap_dir is not None and _under(line.source_file, self.bootstrap_dir)
 
 
 @dataclass(slots=True)
@@ -104,6 +135,8 @@ class GroupOutcome:
     deadline_ms: int | None
     rows: list[tuple[Any, ...]]
     internal_errors: list[str]
+    #: Loads ignored because the group id already had state.
+    warnings: list[str] = field(default_factory=list)
 
 
 # --- one group --------------------------------------------------------------------------------
@@ -155,6 +188,8 @@ def run_group(
     group = None if blob is None else decode_group(blob)
     before = group_summary(group_id, group, partition) if group is not None else None
     rows: list[tuple[Any, ...]] = []
+    errors: list[str] = []
+    warnings: list[str] = []
 
     def emit(
         kind: str, body: str | None = None, key: bytes | None = None, value: Any = None
@@ -163,9 +198,25 @@ def run_group(
 
     if timed_out:
         emit(TICK)
+    ordered = sorted(lines, key=lambda line: line.order)
+    loads = [line for line in ordered if settings.is_load(line)]
+    if loads:
+        ordered = [line for line in ordered if not settings.is_load(line)]
+    loaded = False
+    if loads and group is not None:
+        warnings.append(
+            f"group {group_id!r} already has state: its load from the log "
+            f"({loads[0].source_file}) is ignored"
+        )
+    elif loads:
+        # Loads first: the batch's requests find the group as the log left it.
+        group, load_records = load_group(settings, group_id, loads, now_ms, errors)
+        loaded = True
+        for record in load_records:
+            emit(RECORD, key=record["key"], value=record["value"])
     requests: list[dict[str, Any]] = []
-    for line in sorted(lines, key=lambda line: line.order):
-        raw = _read_line(line, emit)
+    for line in ordered:
+        raw = _read_line(line, emit, settings.max_request_bytes)
         if raw is None:
             continue
         api = raw.get("api")
@@ -189,35 +240,253 @@ def run_group(
     for record in result.records:
         emit(RECORD, key=record["key"], value=record["value"])
     after = group_summary(group_id, result.group, partition)
-    if after != before and not (before is None and result.group is None):
+    # A load always writes the group's summary: group_state may hold a rebalance the log never
+    # saw, or (Dead) a group the log no longer has.
+    if loaded or (after != before and not (before is None and result.group is None)):
         emit(GROUP, jsonio.dumps(after))
     new_blob = None if result.group is None else encode_group(result.group)
-    return GroupOutcome(new_blob, result.next_deadline_ms, rows, result.internal_errors)
+    errors.extend(result.internal_errors)
+    return GroupOutcome(new_blob, result.next_deadline_ms, rows, errors, warnings)
 
 
-def _read_line(line: InboxLine, emit: Any) -> dict[str, Any] | None:
+# --- loads: a group from the log ---------------------------------------------------------------
+
+
+def load_line(group_id: str, records: Iterable[tuple[bytes, bytes | None]]) -> str:
+    """One bootstrap line: a group's records (Kafka's key and value bytes) in log order."""
+    encoded = [
+        [
+            base64.b64encode(key).decode("ascii"),
+            None if value is None else base64.b64encode(value).decode("ascii"),
+        ]
+        for key, value in records
+    ]
+    return json.dumps({"group_id": group_id, "records": encoded}, separators=(",", ":"))
+
+
+def load_group(
+    settings: OperatorSettings,
+    group_id: str,
+    loads: list[InboxLine],
+    now_ms: int,
+    errors: list[str],
+) -> tuple[ClassicGroup | None, list[dict[str, Any]]]:
+    """The group as a load of its records gives it at ``now_ms`` (Kafka's load of an offsets
+    partition, as ``GroupCoordinator.from_records`` does it): the records replayed in order,
+    then ``onLoaded`` (a fresh session for every member, the offsets sweep armed, a rebalance if
+    the group is over ``group.max.size``). Returns the group (None when the log holds none)
+    and any records ``onLoaded`` wrote. Unreadable lines and records are reported in
+    ``errors`` and skipped; several lines for one group id are applied in order."""
+    records: list[dict[str, Any]] = []
+    for line in loads:
+        try:
+            payload = json.loads(line.value)
+            if payload.get("group_id") != group_id:
+                raise ValueError(f"a load for group {payload.get('group_id')!r}")
+            for key, value in payload["records"]:
+                record = record_from_bytes(
+                    base64.b64decode(key, validate=True),
+                    None if value is None else base64.b64decode(value, validate=True),
+                )
+                if record is None:
+                    continue  # a record type this log does not use: skipped, as Kafka does
+                if record["group_id"] != group_id:
+                    raise ValueError(f"a record of group {record['group_id']!r}")
+                records.append(record)
+        except Exception as exc:  # a damaged bootstrap must not stop the stream
+            errors.append(f"load of {group_id!r} from {line.source_file}:{line.position}: {exc!r}")
+    group = replay(records, now_ms).get(group_id)
+    if group is None:
+        return None, []
+    counter = [group.timer_seq]
+
+    def next_seq() -> int:
+        counter[0] += 1
+        return counter[0]
+
+    partition = partition_for(group_id, settings.config.offsets_topic_num_partitions)
+    written: list[dict[str, Any]] = []
+    ctx = GroupContext(
+        settings.config, now_ms, settings.ids(), next_seq, group_id, group, partition, [], written
+    )
+    on_loaded(ctx, group)
+    if ctx.group is not None:
+        ctx.group.timer_seq = counter[0]
+    return ctx.group, written
+
+
+def _under(source_file: str, directory: str) -> bool:
+    """Whether a file (a path or a URI such as ``file:///...``, as Spark's
+    ``_metadata.file_path`` gives it) lies beneath ``directory`` (an absolute path)."""
+    uri = "://" in source_file or source_file.startswith("file:")
+    path = posixpath.normpath(unquote(urlparse(source_file).path) if uri else source_file)
+    return path.startswith(posixpath.normpath(directory) + "/")
+
+
+#: At most this much of a rejected line is kept in ``rejected_requests`` (a prefix).
+REJECTED_RAW_BYTES = 64 * 1024
+#: How much of a line that is not read whole is searched for its request id.
+HEAD_SCAN_CHARS = 64 * 1024
+
+NOT_ATOMIC = (
+    "the file's last line has no trailing newline, so it may have been cut short: the file was "
+    "probably not dropped atomically (write it elsewhere, then rename it into the inbox)"
+)
+NOT_UTF8 = "the line is not valid UTF-8 (its undecodable bytes were replaced by U+FFFD)"
+NO_REQUEST_ID = "no request_id (a string or an integer) to answer to"
+
+
+def _read_line(line: InboxLine, emit: Any, max_bytes: int) -> dict[str, Any] | None:
     """The line as a request dict, or None after answering or rejecting it.
 
-    A line is answered (INVALID_REQUEST, by the engine's parser) when its request id can be
-    read; a line with no readable request id cannot be answered and goes to
-    ``rejected_requests`` with the reason."""
+    A line that cannot be served is answered (INVALID_REQUEST and the reason) when its request
+    id can be read, and goes to ``rejected_requests`` with the reason otherwise. The job itself
+    refuses, before the engine's parser sees them: a line over ``job.max.request.bytes`` (its id
+    is looked for in its first 64 KiB only), a file's last line without a newline that is not a
+    whole JSON object (a file dropped non-atomically, caught half-written), a line that was not
+    UTF-8, and a string that
+    is not Unicode (a lone surrogate escape, which no table could store). A line that is not
+    JSON is answered when its id can be read from its start."""
+    value = line.value
+    size = _utf8_size(value, max_bytes)
+    if size > max_bytes:
+        reason = (
+            f"the line is {size} bytes, over job.max.request.bytes ({max_bytes}); it was not parsed"
+        )
+        _refuse(line, emit, _head_fields(value[:HEAD_SCAN_CHARS]), reason)
+        return None
     try:
-        raw = json.loads(line.value)
-    except ValueError as exc:
-        emit(REJECTED, _rejection(line, f"not a JSON object: {exc}"))
+        raw = json.loads(value)
+    except (ValueError, RecursionError) as exc:
+        if not line.terminated:
+            reason = NOT_ATOMIC
+        elif not line.valid_utf8:
+            reason = NOT_UTF8
+        else:
+            reason = f"not a JSON object: {_short(exc)}"
+        _refuse(line, emit, _head_fields(value[:HEAD_SCAN_CHARS]), reason)
         return None
     if not isinstance(raw, dict):
-        emit(REJECTED, _rejection(line, f"not a JSON object but {type(raw).__name__}"))
+        reason = f"not a JSON object but {type(raw).__name__}"
+        _refuse(line, emit, {}, reason if line.terminated else NOT_ATOMIC)
         return None
-    request_id = raw.get("request_id")
-    if not isinstance(request_id, (str, int)) or isinstance(request_id, bool):
-        emit(REJECTED, _rejection(line, "no request_id (a string or an integer) to answer to"))
+    # A last line without a newline that parses as a whole object is served: no prefix of a
+    # JSON object is itself one, so it was not cut short (JSON Lines allows the final newline
+    # to be missing).
+    if not line.valid_utf8:
+        _refuse(line, emit, raw, NOT_UTF8)
+        return None
+    if _SURROGATE.search(value) and not _storable(raw):
+        reason = "a string holds a lone surrogate (\\ud800-\\udfff escaped alone): not Unicode"
+        _refuse(line, emit, raw, reason)
+        return None
+    if _request_id(raw) is None:
+        _refuse(line, emit, {}, NO_REQUEST_ID)
         return None
     return raw
 
 
+def _refuse(line: InboxLine, emit: Any, fields: dict[str, Any], reason: str) -> None:
+    """Answer INVALID_REQUEST when ``fields`` (what could be read of the line) has a request id,
+    else reject the line."""
+    request_id = _request_id(fields)
+    if request_id is None:
+        emit(REJECTED, _rejection(line, reason))
+        return
+    readable = {"request_id": request_id}
+    for name in ("api", "group_id"):
+        if isinstance(fields.get(name), str) and _storable(fields[name]):
+            readable[name] = fields[name]
+    answer = bad_request_response(readable, BadRequest(Error.INVALID_REQUEST, reason))
+    emit(RESPONSE, jsonio.dumps(answer))
+
+
+def _request_id(fields: dict[str, Any]) -> str | int | None:
+    """The request id, if it is one a response can carry (a string or an integer)."""
+    request_id = fields.get("request_id")
+    if isinstance(request_id, bool) or not isinstance(request_id, (str, int)):
+        return None
+    if isinstance(request_id, str) and not _storable(request_id):
+        return None
+    return request_id
+
+
 def _rejection(line: InboxLine, reason: str) -> str:
-    return jsonio.dumps({"raw": line.value, "source_file": line.source_file, "reason": reason})
+    raw = line.value.encode("utf-8", "replace")  # "replace": never fails
+    if len(raw) > REJECTED_RAW_BYTES:
+        shown = raw[:REJECTED_RAW_BYTES].decode("utf-8", "ignore")
+        reason += f" (raw: its first {REJECTED_RAW_BYTES} bytes of {len(raw)})"
+    else:
+        shown = raw.decode("utf-8")
+    return jsonio.dumps({"raw": shown, "source_file": line.source_file, "reason": reason})
+
+
+def _utf8_size(value: str, limit: int) -> int:
+    """The line's size in UTF-8 bytes, exact when it may exceed ``limit`` (a character is at
+    most 4 bytes, so a short line is not encoded just to be measured)."""
+    if len(value) * 4 <= limit:
+        return len(value)
+    return len(value.encode("utf-8", "replace"))
+
+
+#: A surrogate: escaped in the JSON (``\\ud800``), or a character of a line handed over as a
+#: Python string (``LocalJob.run_batch``; never from a file).
+_SURROGATE = re.compile("\\\\u[dD][89a-fA-F]|[\ud800-\udfff]")
+_DECODER = json.JSONDecoder()
+#: The JSON string scanner (not in typeshed's stubs): (text, index after the quote) -> (value,
+#: index after the closing quote).
+_scanstring: Any = json.decoder.scanstring  # type: ignore[attr-defined]
+
+
+def _storable(value: Any) -> bool:
+    """Whether ``value`` serialises to UTF-8 (JSON escapes can make lone surrogates)."""
+    try:
+        jsonio.dumps(value).encode("utf-8")
+    except (UnicodeEncodeError, ValueError, TypeError, RecursionError):
+        return False
+    return True
+
+
+def _head_fields(text: str) -> dict[str, Any]:
+    """The top-level fields that can be read from the start of a JSON object which is broken,
+    cut short or too long further on: each key whose value is complete (followed by ``,`` or
+    ``}``), up to the first thing that does not parse."""
+    fields: dict[str, Any] = {}
+    index = _skip(text, 0)
+    if not text.startswith("{", index):
+        return fields
+    index += 1
+    try:
+        while True:
+            index = _skip(text, index)
+            if not text.startswith('"', index):
+                return fields
+            key, index = _scanstring(text, index + 1)
+            index = _skip(text, index)
+            if not text.startswith(":", index):
+                return fields
+            value, index = _DECODER.raw_decode(text, _skip(text, index + 1))
+            index = _skip(text, index)
+            if not text.startswith((",", "}"), index):
+                return fields  # a number cut short would read as another number
+            fields[key] = value
+            if text.startswith("}", index):
+                return fields
+            index += 1
+    except (ValueError, RecursionError):
+        return fields
+
+
+def _skip(text: str, index: int) -> int:
+    """The index of the first character at or after ``index`` that is not JSON whitespace."""
+    while index < len(text) and text[index] in " \t\n\r":
+        index += 1
+    return index
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    return text if len(text) <= 200 else text[:200] + "..."
 
 
 # --- shard state: the blobs of one offsets partition's groups ----------------------------------
@@ -261,6 +530,7 @@ class ShardOutcome:
     deadline_ms: int | None
     rows: list[tuple[Any, ...]]
     internal_errors: list[str]
+    warnings: list[str] = field(default_factory=list)
 
 
 def run_shard(
@@ -276,6 +546,7 @@ def run_shard(
     due = {g for g, (deadline, _) in state.items() if deadline is not None and deadline <= now_ms}
     rows: list[tuple[Any, ...]] = []
     errors: list[str] = []
+    warnings: list[str] = []
     for group_id in sorted(due | by_group.keys()):
         stored = state.get(group_id)
         outcome = run_group(
@@ -288,12 +559,13 @@ def run_shard(
         )
         rows.extend(outcome.rows)
         errors.extend(outcome.internal_errors)
+        warnings.extend(outcome.warnings)
         if outcome.blob is None:
             state.pop(group_id, None)
         else:
             state[group_id] = (outcome.deadline_ms, outcome.blob)
     deadlines = [d for d, _ in state.values() if d is not None]
-    return ShardOutcome(state, min(deadlines) if deadlines else None, rows, errors)
+    return ShardOutcome(state, min(deadlines) if deadlines else None, rows, errors, warnings)
 
 
 # --- the functions Spark calls ----------------------------------------------------------------
@@ -304,10 +576,26 @@ def _lines(frames: Iterator[Any], with_group: bool) -> list[InboxLine]:
     for frame in frames:
         columns = [frame["value"].tolist(), frame["source_file"].tolist(), frame["position"]]
         groups = frame["group_id"].tolist() if with_group else None
+        terminated = _flags(frame, "terminated")
+        valid_utf8 = _flags(frame, "valid_utf8")
         for i, (value, source, position) in enumerate(zip(*columns, strict=True)):
             group_id = groups[i] if groups is not None else ""
-            lines.append(InboxLine(value, source, int(position), group_id))
+            lines.append(
+                InboxLine(
+                    value,
+                    source,
+                    int(position),
+                    group_id,
+                    terminated is None or bool(terminated[i]),
+                    valid_utf8 is None or bool(valid_utf8[i]),
+                )
+            )
     return lines
+
+
+def _flags(frame: Any, column: str) -> list[Any] | None:
+    """A boolean column of the inbox rows (absent in a stream that does not provide it)."""
+    return frame[column].tolist() if column in frame.columns else None
 
 
 def _frame(rows: list[tuple[Any, ...]]) -> Any:
@@ -316,11 +604,15 @@ def _frame(rows: list[tuple[Any, ...]]) -> Any:
     return pd.DataFrame.from_records(rows, columns=OUTPUT_COLUMNS)
 
 
-def _report(errors: list[str]) -> None:
-    if errors:
+def _report(errors: list[str], warnings: Iterable[str] = ()) -> None:
+    if errors or warnings:
         import logging
 
-        logging.getLogger("coordinator.operator").error("engine internal errors: %s", errors)
+        logger = logging.getLogger("coordinator.operator")
+        if errors:
+            logger.error("engine internal errors: %s", errors)
+        for warning in warnings:
+            logger.warning("%s", warning)
 
 
 def _set_deadline(state: Any, deadline_ms: int | None, now_ms: int) -> None:
@@ -344,7 +636,7 @@ def group_function(settings: OperatorSettings) -> Any:
         outcome = run_group(
             settings, group_id, blob, _lines(frames, False), now, timed_out=state.hasTimedOut
         )
-        _report(outcome.internal_errors)
+        _report(outcome.internal_errors, outcome.warnings)
         if outcome.blob is None:
             if state.exists:
                 state.remove()
@@ -364,7 +656,7 @@ def shard_function(settings: OperatorSettings) -> Any:
         now = state.getCurrentProcessingTimeMs()
         stored = decode_shard(bytes(state.get[0])) if state.exists else {}
         outcome = run_shard(settings, stored, _lines(frames, True), now)
-        _report(outcome.internal_errors)
+        _report(outcome.internal_errors, outcome.warnings)
         if not outcome.state:
             if state.exists:
                 state.remove()
