@@ -2,9 +2,10 @@
 
     spark-submit --master spark://HOST:7077 jobs/coordinator_job.py --warehouse /shared/wh
 
-The same job as ``coordinator run`` and the same options. The workers need the
-``kafka-group-coordinator`` package importable (install it in their Python, or ship it with
-``--py-files``); the warehouse and checkpoint must be on storage every executor shares.
+The same job as ``coordinator run`` and the same options (``--rebuild-from-log`` included).
+The workers need the ``kafka-group-coordinator`` package importable (install it in their
+Python, or ship it with ``--py-files``); the warehouse and checkpoint must be on storage every
+executor shares.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ def main(argv: list[str] | None = None) -> int:
     add_job_options(parser)
     args = parser.parse_args(argv)
     configure_logging(args.quiet)
-    return job.run(settings_from(args), args.master)
+    return job.run(settings_from(args), args.master, rebuild_from_log=args.rebuild_from_log)
 
 
 if __name__ == "__main__":

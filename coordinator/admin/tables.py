@@ -140,6 +140,17 @@ class WarehouseReader:
                     return str(action["txn"]["appId"])
         return None
 
+    @cached_property
+    def app_ids(self) -> list[str]:
+        """Every app id that wrote these tables: the checkpoint's, and the ones of the
+        checkpoints it was rebuilt from (``coordinator run --rebuild-from-log``). Batch ids go
+        on rising across a rebuild, so the newest batch of any of them is a cut."""
+        identity = self.paths.checkpoint / "coordinator.json"
+        stored = json.loads(identity.read_text()) if identity.exists() else {}
+        earlier = (stored.get("rebuilt_from") or {}).get("previous_app_ids") or []
+        current = [] if self.app_id is None else [self.app_id]
+        return current + [a for a in earlier if a not in current]
+
     @property
     def offsets_topic_num_partitions(self) -> int:
         """From the checkpoint (pinned there), else the default of Kafka's broker (50)."""
@@ -159,11 +170,17 @@ class WarehouseReader:
             responses = self.table(RESPONSES)
             return Cut(None if responses is None else responses.transaction_version(app))
         if as_of.log_version is not None:
-            return Cut(self._log_version_batch(app, as_of.log_version), as_of)
+            return Cut(self._log_version_batch(as_of.log_version), as_of)
         assert as_of.timestamp_ms is not None
-        return Cut(self._batch_at(app, as_of.timestamp_ms), as_of)
+        return Cut(self._batch_at(as_of.timestamp_ms), as_of)
 
-    def _batch_at(self, app: str, timestamp_ms: int) -> int | None:
+    def _newest_batch(self, table: DeltaTable) -> int | None:
+        """The newest batch of any of our app ids the table holds (at its loaded version)."""
+        versions = [table.transaction_version(app) for app in self.app_ids]
+        present = [v for v in versions if v is not None]
+        return max(present) if present else None
+
+    def _batch_at(self, timestamp_ms: int) -> int | None:
         path = str(self.paths.table(RESPONSES))
         if not DeltaTable.is_deltatable(path):
             return None
@@ -174,9 +191,9 @@ class WarehouseReader:
             if "before" in str(problem).lower() or "no version" in str(problem).lower():
                 return None
             raise
-        return table.transaction_version(app)
+        return self._newest_batch(table)
 
-    def _log_version_batch(self, app: str, version: int) -> int | None:
+    def _log_version_batch(self, version: int) -> int | None:
         log = self.table(CONSUMER_OFFSETS)
         if log is None or version > log.version():
             newest = None if log is None else log.version()
@@ -185,7 +202,7 @@ class WarehouseReader:
             at = DeltaTable(str(self.paths.table(CONSUMER_OFFSETS)), version=version)
         except Exception as problem:
             raise AsOfError(f"log version {version} cannot be read: {problem}") from None
-        return at.transaction_version(app)
+        return self._newest_batch(at)
 
     # --- reading --------------------------------------------------------------------------------
 

@@ -8,6 +8,13 @@ state of every group. Embedded default: ``local[<shards>]``, delta-rs, ``./wareh
 Settings: ``conf/`` (Kafka's names in coordinator.properties, job.properties,
 spark-defaults.conf), then each ``--conf FILE`` (``spark.*`` keys go to Spark, ``job.*`` to the
 job, the rest are coordinator settings), then ``--set`` and the options below.
+
+``--rebuild-from-log`` replaces the checkpoint by one rebuilt from ``consumer_offsets`` (the old
+one is moved to ``<checkpoint>.replaced-<UTC time>``, never deleted): after a lost or unusable
+checkpoint, or to change ``--shards`` or ``--state-key``, which are fixed per checkpoint. Groups
+come back Stable or Empty with fresh sessions and their committed offsets, as when Kafka moves
+a coordinator. The job does it by itself when the checkpoint has no Spark state but the log has
+records. Stop the job before rebuilding; ``offsets.topic.num.partitions`` cannot change.
 """
 
 from __future__ import annotations
@@ -48,6 +55,12 @@ def add_job_options(parser: argparse.ArgumentParser) -> None:
         type=float,
         metavar="SECONDS",
         help="stop after this long with no request in and nothing out",
+    )
+    parser.add_argument(
+        "--rebuild-from-log",
+        action="store_true",
+        help="rebuild the checkpoint from consumer_offsets (old one moved aside); also the "
+        "way to change --shards or --state-key",
     )
     parser.add_argument("--quiet", action="store_true", help="no per-batch log lines")
 
@@ -95,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
 
     configure_logging(args.quiet)
     settings = settings_from(args)
-    return job.run(settings, args.master)
+    return job.run(settings, args.master, rebuild_from_log=args.rebuild_from_log)
 
 
 def add_demo_parser(subparsers: Any) -> None:

@@ -9,15 +9,22 @@ The inbox is read as text, not with Spark's JSON reader: Spark would turn a mist
 silent null, while the engine's own parser answers it with Kafka's error and a message. Spark
 extracts only the key (``group_id``) and the order key (file, position).
 
-``coordinator run`` and ``spark-submit jobs/coordinator_job.py`` both come here.
+``coordinator run`` and ``spark-submit jobs/coordinator_job.py`` both come here. A checkpoint
+rebuilt from the log (:mod:`coordinator.stream.rebuild`: ``--rebuild-from-log``, a lost
+checkpoint, re-sharding) adds its bootstrap directory as a second file source, read with the
+inbox's own reader; the operator loads its lines as groups' state before the first batch's
+requests.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import os
+import random
+import signal
 import sys
 import threading
 import time
@@ -29,13 +36,12 @@ from typing import Any
 from coordinator.engine import CoordinatorNode
 from coordinator.log.records import record_from_bytes
 from coordinator.requests import parse
-from coordinator.stream import operator
+from coordinator.stream import operator, rebuild
 from coordinator.stream.schema import Warehouse
 from coordinator.stream.settings import (
     CONF_DIR,
     CheckpointIdentity,
     Settings,
-    checkpoint_identity,
 )
 from coordinator.stream.sink import DeltaSink, Housekeeping
 
@@ -101,7 +107,12 @@ def kafka_partition_expr(column: str, num_partitions: int) -> str:
 
 
 def inbox_stream(spark: Any, settings: Settings) -> Any:
-    """The inbox as rows: (value, source_file, position, group_id)."""
+    """The inbox as rows: (value, source_file, position, group_id, terminated, valid_utf8).
+
+    ``terminated`` is False for a file's last line when the file does not end with a newline
+    (a file caught half-written: the operator refuses that line). ``valid_utf8`` is False for a
+    line of a file that is not UTF-8 when the line holds U+FFFD, which Spark's split put in
+    place of the undecodable bytes (the file source passes the bytes on unchecked)."""
     from pyspark.sql import functions as F
 
     paths = settings.job.paths
@@ -122,25 +133,38 @@ def inbox_stream(spark: Any, settings: Settings) -> Any:
         reader = reader.option("cleanSource", "delete")
     files = reader.load(str(paths.inbox)).select(
         F.col("_metadata.file_path").alias("source_file"),
-        F.posexplode(F.split("value", "\r?\n")).alias("position", "value"),
+        F.split("value", "\r?\n").alias("lines"),
+        F.is_valid_utf8("value").alias("file_utf8"),
     )
-    lines = files.where(F.trim("value") != "")
+    split = files.select(
+        "source_file",
+        "file_utf8",
+        F.size("lines").alias("count"),
+        F.posexplode("lines").alias("position", "value"),
+    )
+    lines = split.where(F.trim("value") != "")
     return lines.select(
         "value",
         "source_file",
         "position",
         F.coalesce(F.get_json_object("value", "$.group_id"), F.lit("")).alias("group_id"),
+        # Splitting "a\nb\n" gives ["a", "b", ""]: a line is terminated unless it is the last.
+        (F.col("position") < F.col("count") - 1).alias("terminated"),
+        (F.col("file_utf8") | ~F.col("value").contains("\ufffd")).alias("valid_utf8"),
     )
 
 
 def coordinator_stream(
     spark: Any, settings: Settings, opsettings: operator.OperatorSettings
 ) -> Any:
-    """The stateful operator over the inbox: one DataFrame of output rows per batch."""
+    """The stateful operator over the inbox (and, on a checkpoint rebuilt from the log, its
+    bootstrap files): one DataFrame of output rows per batch."""
     from pyspark.sql import functions as F
     from pyspark.sql.streaming.state import GroupStateTimeout
 
     lines = inbox_stream(spark, settings)
+    if opsettings.bootstrap_dir is not None:
+        lines = lines.unionByName(bootstrap_stream(spark, settings, opsettings.bootstrap_dir))
     if settings.job.state_key == operator.SHARD_KEY:
         partitions = settings.coordinator.offsets_topic_num_partitions
         keyed = lines.withColumn("shard", F.expr(kafka_partition_expr("group_id", partitions)))
@@ -156,6 +180,16 @@ def coordinator_stream(
         "Update",
         GroupStateTimeout.ProcessingTimeTimeout,
     )
+
+
+def bootstrap_stream(spark: Any, settings: Settings, directory: str) -> Any:
+    """A rebuilt checkpoint's bootstrap files as rows of the inbox's shape (the inbox's own
+    reader on another directory, nothing archived), every file in the first batch. The
+    operator tells them from requests by their ``source_file``."""
+    job = settings.job.replace(
+        inbox=directory, clean_source="off", max_files_per_trigger=rebuild.BOOTSTRAP_MAX_FILES
+    )
+    return inbox_stream(spark, dataclasses.replace(settings, job=job))
 
 
 def warm_up(spark: Any, shards: int) -> None:
@@ -187,6 +221,32 @@ class BatchInterrupted(RuntimeError):
     """A batch cut short by stopping the query; it was not committed and will be re-run."""
 
 
+#: Test-only fault injection (tests/test_kill_recovery.py), off unless this variable is set:
+#: ``COORDINATOR_FAULT=after:consumer_offsets:0.3,after:write:0.3`` makes the driver SIGKILL
+#: itself, with that probability per batch, right after its commit to the named table, or
+#: (``write``) once a batch's tables are all written, before Spark commits the batch.
+FAULT_ENV = "COORDINATOR_FAULT"
+
+
+def fault_injection(spec: str | None) -> Callable[[str, int], None] | None:
+    """The crash hook ``spec`` describes (see :data:`FAULT_ENV`); None when it is empty."""
+    if not spec:
+        return None
+    odds: dict[str, float] = {}
+    for item in spec.split(","):
+        when, point, chance = item.strip().split(":")
+        if when != "after":
+            raise ValueError(f"{FAULT_ENV}: {item!r} is not after:<table|write>:<probability>")
+        odds[point] = float(chance)
+
+    def maybe_crash(point: str, batch_id: int) -> None:
+        if random.random() < odds.get(point, 0.0):
+            log.warning("fault injection: SIGKILL after %s of batch %d", point, batch_id)
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return maybe_crash
+
+
 class BatchSink:
     """``foreachBatch``: evaluate the operator exactly once, split its rows, write the tables.
 
@@ -195,12 +255,23 @@ class BatchSink:
     state partition committed)."""
 
     def __init__(
-        self, sink: DeltaSink, after_write: Callable[[BatchFigures], None] | None = None
+        self,
+        sink: DeltaSink,
+        after_write: Callable[[BatchFigures], None] | None = None,
+        batch_id_base: int = 0,
     ) -> None:
         self.sink = sink
+        #: Spark's batch ``n`` is the warehouse's batch ``batch_id_base + n`` (the checkpoint's
+        #: ``CheckpointIdentity.batch_id_base``): rows and app transactions carry that id, so a
+        #: re-run batch maps to the same one and ids keep growing across rebuilt checkpoints.
+        self.batch_id_base = batch_id_base
         #: Called after a batch's tables are written, before Spark commits the batch: a hook
         #: for benchmarks (and for tests, which raise from it to crash between the two).
         self.after_write = after_write
+        #: Test-only crash points (:data:`FAULT_ENV`); None unless the variable is set.
+        self.fault = fault_injection(os.environ.get(FAULT_ENV))
+        if self.fault is not None:
+            sink.after_commit = self.fault
         self.figures: dict[int, BatchFigures] = {}
         self.last_activity = time.monotonic()
         self.stopping = False
@@ -216,9 +287,10 @@ class BatchSink:
                 # handling and prints a StackOverflowError.
                 raise BatchInterrupted(f"batch {batch_id} interrupted by stop()") from None
             raise
-        self.write(table.to_pylist(), batch_id)
+        self.write(table.to_pylist(), self.batch_id_base + batch_id)
 
     def write(self, rows: list[dict[str, Any]], batch_id: int) -> BatchFigures:
+        """Write one batch's operator rows as warehouse batch ``batch_id`` (base included)."""
         figures = BatchFigures(batch_id)
         responses: list[tuple[str, int, dict[str, Any]]] = []
         records: list[tuple[int, str, int, dict[str, Any]]] = []
@@ -272,9 +344,12 @@ class BatchSink:
                 self.last_activity = time.monotonic()
         if self.after_write is not None:
             self.after_write(figures)
+        if self.fault is not None and len(rows) > figures.timers_fired:
+            self.fault("write", batch_id)
         return figures
 
     def pop_figures(self, batch_id: int) -> BatchFigures | None:
+        """The figures of warehouse batch ``batch_id`` (base included), once."""
         with self._lock:
             return self.figures.pop(batch_id, None)
 
@@ -288,14 +363,24 @@ def progress_listener(sink: BatchSink, warehouse: Warehouse) -> Any:
     from pyspark.sql.streaming.listener import StreamingQueryListener
 
     class Listener(StreamingQueryListener):
+        #: The run reported on, set once the query has started: a session that ran queries
+        #: before may still hold their listeners, whose sinks number batches differently.
+        run_id: str | None = None
+
+        def _another_run(self, run_id: Any) -> bool:
+            return self.run_id is not None and str(run_id) != self.run_id
+
         def onQueryStarted(self, event: Any) -> None:
             log.info("query %s started (run %s)", event.id, event.runId)
 
         def onQueryProgress(self, event: Any) -> None:
             progress = event.progress
-            figures = sink.pop_figures(progress.batchId) or BatchFigures(progress.batchId)
+            if self._another_run(progress.runId):
+                return
+            batch_id = sink.batch_id_base + progress.batchId
+            figures = sink.pop_figures(batch_id) or BatchFigures(batch_id)
             line = (
-                f"batch {progress.batchId}: {progress.numInputRows} requests in, "
+                f"batch {batch_id}: {progress.numInputRows} requests in, "
                 f"{figures.responses} responses out, {figures.records} records, "
                 f"{figures.groups} groups changed, {figures.timers_fired} timers fired, "
                 f"{figures.rejected} rejected, {progress.batchDuration} ms"
@@ -308,6 +393,8 @@ def progress_listener(sink: BatchSink, warehouse: Warehouse) -> Any:
                 log.debug(line)
             status = json.loads(progress.json)
             status["coordinator"] = {
+                # The warehouse's batch id (Spark's batchId plus the checkpoint's base).
+                "batch_id": batch_id,
                 "responses": figures.responses,
                 "records": figures.records,
                 "groups_changed": figures.groups,
@@ -321,6 +408,8 @@ def progress_listener(sink: BatchSink, warehouse: Warehouse) -> Any:
             pass
 
         def onQueryTerminated(self, event: Any) -> None:
+            if self._another_run(event.runId):
+                return
             if event.exception:
                 log.error("query terminated: %s", event.exception)
             else:
@@ -345,6 +434,9 @@ class RunningJob:
     sink: BatchSink
     settings: Settings
     listener: Any
+    #: What the rebuild from the log did when this start made one (None: the checkpoint was
+    #: used as it was).
+    rebuilt: rebuild.RebuildReport | None = None
 
     def stop(self) -> None:
         """Stop between batches where possible (stopping mid-foreachBatch logs a harmless
@@ -391,12 +483,14 @@ def operator_settings(
     settings: Settings, identity: CheckpointIdentity
 ) -> operator.OperatorSettings:
     """What the stateful operator's function closes over: Kafka's settings, the checkpoint's
-    member-id seed and the node that answers FindCoordinator."""
+    member-id seed and bootstrap directory, and the node that answers FindCoordinator."""
     job = settings.job
     return operator.OperatorSettings(
         settings.coordinator,
         identity.seed,
         CoordinatorNode(job.node_id, job.node_host, job.node_port),
+        max_request_bytes=job.max_request_bytes,
+        bootstrap_dir=identity.bootstrap_dir,
     )
 
 
@@ -413,7 +507,11 @@ def batch_sink(
         vacuum_every_batches=job.vacuum_every_batches,
         vacuum_retention_hours=job.vacuum_retention_hours,
     )
-    return BatchSink(DeltaSink(job.paths.tables, identity.app_id, housekeeping), after_write)
+    return BatchSink(
+        DeltaSink(job.paths.tables, identity.app_id, housekeeping),
+        after_write,
+        identity.batch_id_base,
+    )
 
 
 def start(
@@ -423,10 +521,15 @@ def start(
     *,
     stream: StreamBuilder = coordinator_stream,
     query_name: str = QUERY_NAME,
+    rebuild_from_log: bool = False,
 ) -> RunningJob:
     """Start the coordinator query on ``spark`` with ``settings``: ``stream``'s rows into the
-    Delta sink, with the job's trigger, checkpoint, warm-up and progress listener."""
-    identity = checkpoint_identity(settings)
+    Delta sink, with the job's trigger, checkpoint, warm-up and progress listener.
+
+    With ``rebuild_from_log``, or when the checkpoint has no Spark state while the log has
+    records, the checkpoint is first rebuilt from the log (:mod:`coordinator.stream.rebuild`;
+    the old one is moved aside, never deleted)."""
+    identity, rebuilt = rebuild.prepare_checkpoint(settings, rebuild_from_log)
     job = settings.job
     paths = job.paths
     opsettings = operator_settings(settings, identity)
@@ -443,6 +546,7 @@ def start(
         .trigger(processingTime=f"{job.trigger_interval_ms} milliseconds")
         .start()
     )
+    listener.run_id = str(query.runId)
     context = spark.sparkContext
     executors = context._jsc.sc().getExecutorMemoryStatus().size() - (
         0 if context.master.startswith("local[") else 1
@@ -458,17 +562,19 @@ def start(
         job.state_key,
         job.shards,
     )
-    return RunningJob(query, sink, settings, listener)
+    return RunningJob(query, sink, settings, listener, rebuilt)
 
 
 def run(
     settings: Settings,
     master: str | None = None,
     on_start: Callable[[RunningJob], None] | None = None,
+    rebuild_from_log: bool = False,
 ) -> int:
-    """Run the job until stopped (or idle for ``job.stop_when_idle_s``). Returns an exit code."""
+    """Run the job until stopped (or idle for ``job.stop_when_idle_s``). Returns an exit code.
+    ``rebuild_from_log``: rebuild the checkpoint from the log first (see :func:`start`)."""
     spark = spark_session(settings, master)
-    running = start(spark, settings)
+    running = start(spark, settings, rebuild_from_log=rebuild_from_log)
     if on_start is not None:
         on_start(running)
     try:

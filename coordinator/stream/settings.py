@@ -9,7 +9,9 @@ Some choices are fixed per checkpoint, as ``offsets.topic.num.partitions`` is fi
 cluster: the number of shards (Spark's shuffle partitions, which Spark itself pins in the
 checkpoint), the state key and the offsets partition count. They are written to
 ``<checkpoint>/coordinator.json`` with the job's app id (the Delta writer's transaction id) and
-its member-id seed on the first run, and checked on every later one.
+its member-id seed on the first run, and checked on every later one. Changing them takes a new
+checkpoint rebuilt from the log (``coordinator run --rebuild-from-log``,
+:mod:`coordinator.stream.rebuild`), which also records there where its batch ids start.
 """
 
 from __future__ import annotations
@@ -46,6 +48,9 @@ class JobSettings:
     #: ``group`` (one Spark key per group id) or ``shard`` (one per offsets partition).
     state_key: str = "group"
     max_files_per_trigger: int = 1000
+    #: The longest inbox line read as a request, in bytes (Kafka's ``max.request.size``
+    #: default): a longer one is answered INVALID_REQUEST (or rejected) without being parsed.
+    max_request_bytes: int = 1_048_576
     #: What happens to processed inbox files: ``archive`` (to ``<warehouse>/archive``),
     #: ``delete`` or ``off``.
     clean_source: str = "archive"
@@ -68,7 +73,7 @@ class JobSettings:
             raise ValueError(
                 f"job.clean.source must be archive, delete or off: {self.clean_source!r}"
             )
-        for name in ("trigger_interval_ms", "shards", "max_files_per_trigger"):
+        for name in ("trigger_interval_ms", "shards", "max_files_per_trigger", "max_request_bytes"):
             if getattr(self, name) < 1:
                 raise ValueError(f"job.{name.replace('_', '.')} must be >= 1")
 
@@ -143,17 +148,55 @@ def load_settings(
 # --- what a checkpoint pins -------------------------------------------------------------------
 
 PINNED = ("state_key", "shards", "offsets_topic_num_partitions")
+IDENTITY_FILE = "coordinator.json"
 
 
 @dataclass(frozen=True)
 class CheckpointIdentity:
-    """Written once per checkpoint: the Delta app id, the member-id seed and the pinned choices."""
+    """Written once per checkpoint: the Delta app id, the member-id seed and the pinned choices.
+
+    A checkpoint rebuilt from the log (:mod:`coordinator.stream.rebuild`) also records where its
+    batch ids start and the directory of its bootstrap files; a ``coordinator.json`` written
+    before rebuilds existed has neither and reads as base 0, no bootstrap."""
 
     app_id: str
     seed: bytes
     state_key: str
     shards: int
     offsets_topic_num_partitions: int
+    #: The warehouse batch id of Spark's batch 0: the sink writes Spark's batch ``n`` as
+    #: ``batch_id_base + n`` (rows and app transaction), so batch ids stay monotonic across
+    #: checkpoints and readers' ``batch_id <= last complete batch`` cuts keep working.
+    batch_id_base: int = 0
+    #: The directory of the bootstrap files (the state rebuilt from the log), read by the
+    #: query as a second file source; lines from there, and only from there, are loads.
+    bootstrap_dir: str | None = None
+
+
+def identity_path(settings: Settings) -> Path:
+    return settings.job.paths.checkpoint / IDENTITY_FILE
+
+
+def _pinned(settings: Settings) -> dict[str, Any]:
+    return {
+        "state_key": settings.job.state_key,
+        "shards": settings.job.shards,
+        "offsets_topic_num_partitions": settings.coordinator.offsets_topic_num_partitions,
+    }
+
+
+def read_identity(path: Path) -> CheckpointIdentity:
+    """A ``coordinator.json`` as it is (no check against settings)."""
+    stored = json.loads(path.read_text(encoding="utf-8"))
+    return CheckpointIdentity(
+        stored["app_id"],
+        bytes.fromhex(stored["seed"]),
+        stored["state_key"],
+        int(stored["shards"]),
+        int(stored["offsets_topic_num_partitions"]),
+        int(stored.get("batch_id_base", 0)),
+        stored.get("bootstrap_dir"),
+    )
 
 
 def checkpoint_identity(settings: Settings) -> CheckpointIdentity:
@@ -161,31 +204,53 @@ def checkpoint_identity(settings: Settings) -> CheckpointIdentity:
 
     Raises ``ValueError`` when the settings ask for a different pinned choice than the
     checkpoint holds (re-sharding is a rebuild from the log into a new checkpoint)."""
-    path = settings.job.paths.checkpoint / "coordinator.json"
-    wanted: dict[str, Any] = {
-        "state_key": settings.job.state_key,
-        "shards": settings.job.shards,
-        "offsets_topic_num_partitions": settings.coordinator.offsets_topic_num_partitions,
-    }
+    path = identity_path(settings)
+    wanted = _pinned(settings)
     if path.exists():
-        stored = json.loads(path.read_text(encoding="utf-8"))
+        identity = read_identity(path)
         for name in PINNED:
-            if stored[name] != wanted[name]:
+            stored = getattr(identity, name)
+            if stored != wanted[name]:
                 raise ValueError(
-                    f"the checkpoint {path.parent} was made with {name}={stored[name]!r}, "
-                    f"not {wanted[name]!r}; it is fixed per checkpoint (to change it, start "
-                    f"a new checkpoint rebuilt from the log)"
+                    f"the checkpoint {path.parent} was made with {name}={stored!r}, "
+                    f"not {wanted[name]!r}; it is fixed per checkpoint (to change it, rebuild "
+                    f"a new checkpoint from the log: coordinator run --rebuild-from-log)"
                 )
-        return CheckpointIdentity(stored["app_id"], bytes.fromhex(stored["seed"]), **wanted)
+        return identity
+    return new_checkpoint_identity(settings)
+
+
+def new_checkpoint_identity(
+    settings: Settings,
+    *,
+    batch_id_base: int = 0,
+    bootstrap_dir: str | None = None,
+    rebuilt_from: dict[str, Any] | None = None,
+) -> CheckpointIdentity:
+    """Write a new ``coordinator.json`` (a new app id and a new seed) into the checkpoint
+    directory, which must not hold one. ``rebuilt_from`` is recorded beside it for people (the
+    checkpoint it replaced, the log it was read from)."""
+    path = identity_path(settings)
+    if path.exists():
+        raise ValueError(f"{path} exists: a checkpoint's identity is written once")
     identity = CheckpointIdentity(
-        f"kafka-group-coordinator-{uuid.uuid4()}", secrets.token_bytes(32), **wanted
+        f"kafka-group-coordinator-{uuid.uuid4()}",
+        secrets.token_bytes(32),
+        **_pinned(settings),
+        batch_id_base=batch_id_base,
+        bootstrap_dir=bootstrap_dir,
     )
+    stored: dict[str, Any] = {
+        "app_id": identity.app_id,
+        "seed": identity.seed.hex(),
+        **_pinned(settings),
+        "batch_id_base": batch_id_base,
+        "bootstrap_dir": bootstrap_dir,
+    }
+    if rebuilt_from is not None:
+        stored["rebuilt_from"] = rebuilt_from
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(".coordinator.json.tmp")
-    tmp.write_text(
-        json.dumps({"app_id": identity.app_id, "seed": identity.seed.hex(), **wanted}, indent=2)
-        + "\n",
-        encoding="utf-8",
-    )
+    tmp = path.with_name(f".{IDENTITY_FILE}.tmp")
+    tmp.write_text(json.dumps(stored, indent=2) + "\n", encoding="utf-8")
     os.replace(tmp, path)
     return identity

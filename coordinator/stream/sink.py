@@ -170,6 +170,9 @@ class DeltaSink:
         self._tables: dict[str, DeltaTable] = {}
         self._log_end: dict[int, int] = {}
         self._tables_stale = True
+        #: Test-only (``job.fault_injection``): called with (table, batch id) right after each
+        #: commit of a batch's rows; None (the default) costs one check per commit.
+        self.after_commit: Callable[[str, int], None] | None = None
         self._load()
 
     # --- the public surface ---------------------------------------------------------------------
@@ -300,6 +303,8 @@ class DeltaSink:
         )
         report.table_ms[GROUP_STATE] = _ms_since(started)
         report.tables_written.append(GROUP_STATE)
+        if self.after_commit is not None:
+            self.after_commit(GROUP_STATE, batch_id)
         report.groups_upserted = int(metrics["num_target_rows_updated"]) + int(
             metrics["num_target_rows_inserted"]
         )
@@ -381,6 +386,8 @@ class DeltaSink:
         )
         report.table_ms[name] = _ms_since(started)
         report.tables_written.append(name)
+        if self.after_commit is not None:
+            self.after_commit(name, batch_id)
 
     def _commit_properties(self, batch_id: int) -> CommitProperties:
         return CommitProperties(app_transactions=[Transaction(self.app_id, batch_id)])
