@@ -7,6 +7,7 @@ threaded), through ``handle`` with request dicts exactly as adapters send them.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -69,6 +70,37 @@ def add_parser(subparsers: Any) -> None:
     stream.add_argument("--json", action="store_true", help="print one JSON object")
     stream.add_argument("--quick", action="store_true", help="a tiny run (for smoke tests)")
     stream.set_defaults(run=run_stream)
+    soak = kinds.add_parser(
+        "soak",
+        help="the Spark job for N minutes under a steady load with member crashes: memory, "
+        "state size, batch time and latency per minute, and their trend (not part of CI)",
+    )
+    soak.add_argument("--minutes", type=float, default=10.0, help="how long (10)")
+    soak.add_argument("--groups", type=int, default=5, help="groups (5)")
+    soak.add_argument("--members", type=int, default=3, help="members per group (3)")
+    soak.add_argument("--partitions", type=int, default=6, help="partitions per group (6)")
+    soak.add_argument("--heartbeat-ms", type=int, default=1000, help="heartbeat interval (1000)")
+    soak.add_argument("--session-ms", type=int, default=10_000, help="session timeout (10000)")
+    soak.add_argument(
+        "--commit-every", type=float, default=2.0, metavar="SECONDS", help="per member (2)"
+    )
+    soak.add_argument(
+        "--crash-every",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="one member dies (and is replaced) this often; 0 = never (30)",
+    )
+    soak.add_argument(
+        "--sample-every", type=float, default=60.0, metavar="SECONDS", help="one row each (60)"
+    )
+    soak.add_argument("--trigger-interval", type=int, metavar="MS", help="job.trigger.interval.ms")
+    soak.add_argument("--shards", type=int, help="job.shards (Spark shuffle partitions)")
+    soak.add_argument(
+        "--warehouse", metavar="DIR", help="keep the warehouse under DIR (default: temp)"
+    )
+    soak.add_argument("--json", action="store_true", help="print one JSON object at the end")
+    soak.set_defaults(run=run_soak)
     groups = kinds.add_parser(
         "groups", help="coordinator groups' answer times on a warehouse of many groups"
     )
@@ -397,6 +429,38 @@ def run_stream(args: argparse.Namespace) -> int:
         print(json.dumps(figures))
         return 0
     print(format_report(figures))
+    return 0
+
+
+def run_soak(args: argparse.Namespace) -> int:
+    from coordinator.stream import soak
+
+    options = soak.SoakOptions(
+        minutes=args.minutes,
+        groups=args.groups,
+        members=args.members,
+        partitions=args.partitions,
+        heartbeat_ms=args.heartbeat_ms,
+        session_ms=args.session_ms,
+        commit_every_s=args.commit_every,
+        crash_every_s=args.crash_every,
+        sample_every_s=args.sample_every,
+        trigger_interval_ms=args.trigger_interval,
+        shards=args.shards,
+        warehouse=args.warehouse,
+    )
+    if args.json:
+        print(json.dumps(soak.run_soak(options, say=soak.stderr)))
+        return 0
+
+    def print_row(sample: dict[str, Any]) -> None:
+        print(soak.row(sample), flush=True)
+
+    print(soak.format_heading(dataclasses.asdict(options)), flush=True)
+    result = soak.run_soak(options, say=soak.stderr, on_sample=print_row)
+    print(soak.format_trend(result))
+    if result["warehouse"]:
+        print(f"warehouse kept at {result['warehouse']}")
     return 0
 
 
