@@ -70,6 +70,7 @@ from coordinator.client.transport import SystemClock
 from coordinator.stream.client import ResponseReader, StreamClient
 from coordinator.stream.job import FAULT_ENV
 from coordinator.stream.schema import TABLES, Warehouse, response_request_id
+from coordinator.stream.soak import processes
 from coordinator.stream.transport import StreamTransport
 
 pytestmark = pytest.mark.slow
@@ -117,19 +118,11 @@ MEMBERS_PER_GROUP = 3
 
 def session_processes(session: int) -> dict[int, str]:
     """Live (not zombie) processes of ``session``: pid -> command line."""
-    found: dict[int, str] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2 :].split()  # state, ppid, pgrp, session, ...
-        if int(fields[3]) == session and fields[0] not in ("Z", "X"):
-            found[int(entry)] = cmdline.replace(b"\0", b" ").decode(errors="replace")
-    return found
+    return {
+        pid: p.cmdline
+        for pid, p in processes().items()
+        if p.session == session and p.state not in ("Z", "X")
+    }
 
 
 def kind_of(cmdline: str) -> str:

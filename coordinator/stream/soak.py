@@ -111,9 +111,17 @@ class SoakOptions:
 # --- measuring --------------------------------------------------------------------------------
 
 
-def _processes() -> dict[int, tuple[int, str]]:
-    """pid -> (parent pid, command line) of every process we can read."""
-    table: dict[int, tuple[int, str]] = {}
+@dataclass(frozen=True, slots=True)
+class Process:
+    parent: int
+    session: int
+    state: str  # /proc's one-letter state: "Z" zombie, "X" dead
+    cmdline: str
+
+
+def processes() -> dict[int, Process]:
+    """pid -> what ``/proc`` says of every process we can read (Linux only)."""
+    table: dict[int, Process] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -122,8 +130,13 @@ def _processes() -> dict[int, tuple[int, str]]:
             cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
         except OSError:
             continue
-        parent = int(stat[stat.rindex(")") + 2 :].split()[1])
-        table[int(entry)] = (parent, cmdline.replace(b"\0", b" ").decode(errors="replace"))
+        fields = stat[stat.rindex(")") + 2 :].split()  # state, ppid, pgrp, session, ...
+        table[int(entry)] = Process(
+            int(fields[1]),
+            int(fields[3]),
+            fields[0],
+            cmdline.replace(b"\0", b" ").decode(errors="replace"),
+        )
     return table
 
 
@@ -140,7 +153,7 @@ def _rss_mb(pid: int) -> float:
 def memory(spark: Any) -> dict[str, float | None]:
     """RSS (MB) of this process, of its JVM child and of the JVM's Python workers; JVM heap in
     use. Linux only (``/proc``); elsewhere the RSS figures are 0."""
-    procs = _processes()
+    procs = {pid: (p.parent, p.cmdline) for pid, p in processes().items()}
     children: dict[int, list[int]] = {}
     for pid, (parent, _) in procs.items():
         children.setdefault(parent, []).append(pid)
