@@ -11,6 +11,7 @@ from coordinator import __version__
 
 def build_parser() -> argparse.ArgumentParser:
     from coordinator.cli import bench, groups, replay, run, status, submit
+    from coordinator.gateway import cli as gateway_cli
 
     parser = argparse.ArgumentParser(
         prog="coordinator",
@@ -25,6 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     submit.add_parser(subparsers)
     status.add_parser(subparsers)
     groups.add_parser(subparsers)
+    gateway_cli.add_parser(subparsers)
     return parser
 
 

@@ -1,0 +1,526 @@
+"""What the gateway answers: kio requests in, engine request dicts out, and back.
+
+Each handler takes the decoded request (its body as plain data, :func:`codec.plain`) and returns
+the response as plain data, which :func:`codec.build` turns into the kio response of the
+client's version (fields that version lacks are dropped). Group APIs go to the back end as the
+contract's request dicts, one group per dict: batched requests (DescribeGroups, DeleteGroups,
+OffsetFetch v8+, FindCoordinator v4+) become several engine requests whose answers are merged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from coordinator.gateway import codec
+from coordinator.gateway.codec import DecodedRequest
+
+INT32_MIN = -(2**31)
+UNKNOWN_TOPIC_OR_PARTITION = 3
+UNSUPPORTED_VERSION = 35
+POLICY_VIOLATION = 44
+#: READ | DELETE | DESCRIBE (Kafka's AclOperation codes 3, 6, 8), for DescribeGroups.
+GROUP_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
+#: The longest a Fetch is held (the client's max_wait_ms, capped).
+MAX_FETCH_WAIT_MS = 1000
+
+Submit = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
+
+
+@dataclass
+class GatewayContext:
+    """What the handlers need besides the request: the back end, topics and the broker."""
+
+    submit: Submit
+    topics: dict[str, int]
+    host: str
+    port: int
+    node_id: int = 0
+    cluster_id: str = "coordinator-gateway"
+    _ids: Any = field(default_factory=lambda: itertools.count(1))
+
+    def request_id(self) -> str:
+        return f"gw-{next(self._ids)}"
+
+    def topic_id(self, name: str) -> uuid.UUID:
+        return uuid.uuid5(uuid.NAMESPACE_URL, f"coordinator-gateway/{name}")
+
+
+async def dispatch(
+    ctx: GatewayContext, req: DecodedRequest, client_host: str
+) -> dict[str, Any] | None:
+    """The response (plain data) to one request; None when Kafka sends none (acks=0)."""
+    if req.body is None:  # ApiVersions above the supported range
+        return api_versions_table(UNSUPPORTED_VERSION)
+    body = codec.plain(req.body)
+    handler = HANDLERS[req.api_key]
+    return await handler(ctx, req.api_version, body, req.client_id or "", client_host)
+
+
+def api_versions_table(error_code: int = 0) -> dict[str, Any]:
+    return {
+        "error_code": error_code,
+        "api_keys": [
+            {"api_key": key, "min_version": low, "max_version": high}
+            for key, (low, high) in sorted(codec.SUPPORTED.items())
+        ],
+        "throttle_time": 0,
+    }
+
+
+def _base(ctx: GatewayContext, api: str, group_id: str, version: int) -> dict[str, Any]:
+    return {
+        "api": api,
+        "request_id": ctx.request_id(),
+        "group_id": group_id,
+        "api_version": version,
+    }
+
+
+# --- the broker APIs a consumer needs besides the coordinator --------------------------------
+
+
+async def api_versions(
+    ctx: GatewayContext, v: int, body: dict[str, Any], *_: str
+) -> dict[str, Any]:
+    return api_versions_table()
+
+
+async def metadata(ctx: GatewayContext, v: int, body: dict[str, Any], *_: str) -> dict[str, Any]:
+    wanted = body.get("topics")
+    if wanted is None or (v == 0 and not wanted):
+        names = sorted(ctx.topics)
+    else:
+        names = [t["name"] for t in wanted]
+    topics = []
+    for name in names:
+        count = ctx.topics.get(name)
+        topics.append(
+            {
+                "error_code": 0 if count is not None else UNKNOWN_TOPIC_OR_PARTITION,
+                "name": name,
+                "topic_id": ctx.topic_id(name) if count is not None else uuid.UUID(int=0),
+                "is_internal": False,
+                "partitions": [
+                    {
+                        "error_code": 0,
+                        "partition_index": p,
+                        "leader_id": ctx.node_id,
+                        "leader_epoch": 0,
+                        "replica_nodes": [ctx.node_id],
+                        "isr_nodes": [ctx.node_id],
+                        "offline_replicas": [],
+                    }
+                    for p in range(count or 0)
+                ],
+                "topic_authorized_operations": INT32_MIN,
+            }
+        )
+    return {
+        "throttle_time": 0,
+        "brokers": [{"node_id": ctx.node_id, "host": ctx.host, "port": ctx.port, "rack": None}],
+        "cluster_id": ctx.cluster_id,
+        "controller_id": ctx.node_id,
+        "topics": topics,
+        "cluster_authorized_operations": INT32_MIN,
+    }
+
+
+async def list_offsets(
+    ctx: GatewayContext, v: int, body: dict[str, Any], *_: str
+) -> dict[str, Any]:
+    return {
+        "throttle_time": 0,
+        "topics": [
+            {
+                "name": t["name"],
+                "partitions": [
+                    {
+                        "partition_index": p["partition_index"],
+                        "error_code": _topic_error(ctx, t["name"], p["partition_index"]),
+                        "timestamp": -1,
+                        "offset": 0,
+                        "leader_epoch": 0,
+                    }
+                    for p in t["partitions"]
+                ],
+            }
+            for t in body["topics"]
+        ],
+    }
+
+
+async def fetch(ctx: GatewayContext, v: int, body: dict[str, Any], *_: str) -> dict[str, Any]:
+    await asyncio.sleep(max(0, min(int(body.get("max_wait", 0)), MAX_FETCH_WAIT_MS)) / 1000)
+    return {
+        "throttle_time": 0,
+        "error_code": 0,
+        "session_id": 0,
+        "responses": [
+            {
+                "topic": t["topic"],
+                "partitions": [
+                    {
+                        "partition_index": p["partition"],
+                        "error_code": _topic_error(ctx, t["topic"], p["partition"]),
+                        "high_watermark": p["fetch_offset"],
+                        "last_stable_offset": p["fetch_offset"],
+                        "log_start_offset": 0,
+                        "aborted_transactions": [],
+                        "preferred_read_replica": -1,
+                        "records": b"",
+                    }
+                    for p in t["partitions"]
+                ],
+            }
+            for t in body["topics"]
+        ],
+    }
+
+
+async def produce(
+    ctx: GatewayContext, v: int, body: dict[str, Any], *_: str
+) -> dict[str, Any] | None:
+    if body.get("acks") == 0:
+        return None  # Kafka sends no response to acks=0
+    return {
+        "throttle_time": 0,
+        "responses": [
+            {
+                "name": t["name"],
+                "partition_responses": [
+                    {
+                        "index": p["index"],
+                        "error_code": POLICY_VIOLATION,
+                        "base_offset": -1,
+                        "log_append_time": -1,
+                        "log_start_offset": -1,
+                        "record_errors": [],
+                        "error_message": "this gateway is a group coordinator only: it stores "
+                        "no records",
+                    }
+                    for p in t["partition_data"]
+                ],
+            }
+            for t in body["topic_data"]
+        ],
+    }
+
+
+def _topic_error(ctx: GatewayContext, topic: str, partition: int) -> int:
+    count = ctx.topics.get(topic)
+    return 0 if count is not None and 0 <= partition < count else UNKNOWN_TOPIC_OR_PARTITION
+
+
+# --- the coordinator's APIs -----------------------------------------------------------------
+
+
+async def find_coordinator(
+    ctx: GatewayContext, v: int, body: dict[str, Any], *_: str
+) -> dict[str, Any]:
+    keys = body["coordinator_keys"] if v >= 4 else [body["key"]]
+    answers = []
+    for key in keys:
+        request = _base(ctx, "find_coordinator", key, v)
+        request["key_type"] = body.get("key_type", 0)
+        answers.append(await ctx.submit(request))
+    if v >= 4:
+        return {
+            "throttle_time": 0,
+            "coordinators": [
+                {
+                    "key": key,
+                    "node_id": a["node_id"],
+                    "host": a["host"],
+                    "port": a["port"],
+                    "error_code": a["error_code"],
+                    "error_message": a.get("error_message"),
+                }
+                for key, a in zip(keys, answers, strict=True)
+            ],
+        }
+    a = answers[0]
+    return {
+        "throttle_time": 0,
+        "error_code": a["error_code"],
+        "error_message": a.get("error_message"),
+        "node_id": a["node_id"],
+        "host": a["host"],
+        "port": a["port"],
+    }
+
+
+async def join_group(
+    ctx: GatewayContext, v: int, body: dict[str, Any], client_id: str, client_host: str
+) -> dict[str, Any]:
+    request = _base(ctx, "join_group", body["group_id"], v)
+    request.update(
+        member_id=body["member_id"],
+        group_instance_id=body.get("group_instance_id"),
+        client_id=client_id,
+        client_host=client_host,
+        session_timeout_ms=body["session_timeout"],
+        rebalance_timeout_ms=body.get("rebalance_timeout") if v >= 1 else None,
+        protocol_type=body["protocol_type"],
+        protocols=[{"name": p["name"], "metadata": p["metadata"]} for p in body["protocols"]],
+        reason=body.get("reason"),
+    )
+    a = await ctx.submit(request)
+    return {
+        "throttle_time": 0,
+        "error_code": a["error_code"],
+        "generation_id": a["generation_id"],
+        "protocol_type": a["protocol_type"],
+        "protocol_name": a["protocol_name"] if v >= 7 else a["protocol_name"] or "",
+        "leader": a["leader"],
+        "skip_assignment": a["skip_assignment"],
+        "member_id": a["member_id"],
+        "members": [
+            {
+                "member_id": m["member_id"],
+                "group_instance_id": m.get("group_instance_id"),
+                "metadata": m["metadata"],
+            }
+            for m in a["members"]
+        ],
+    }
+
+
+async def sync_group(ctx: GatewayContext, v: int, body: dict[str, Any], *_: str) -> dict[str, Any]:
+    request = _base(ctx, "sync_group", body["group_id"], v)
+    request.update(
+        member_id=body["member_id"],
+        group_instance_id=body.get("group_instance_id"),
+        generation_id=body["generation_id"],
+        protocol_type=body.get("protocol_type"),
+        protocol_name=body.get("protocol_name"),
+        assignments=[
+            {"member_id": x["member_id"], "assignment": x["assignment"]}
+            for x in body["assignments"]
+        ],
+    )
+    a = await ctx.submit(request)
+    return {
+        "throttle_time": 0,
+        "error_code": a["error_code"],
+        "protocol_type": a.get("protocol_type"),
+        "protocol_name": a.get("protocol_name"),
+        "assignment": a["assignment"] or b"",
+    }
+
+
+async def heartbeat(ctx: GatewayContext, v: int, body: dict[str, Any], *_: str) -> dict[str, Any]:
+    request = _base(ctx, "heartbeat", body["group_id"], v)
+    request.update(
+        member_id=body["member_id"],
+        group_instance_id=body.get("group_instance_id"),
+        generation_id=body["generation_id"],
+    )
+    a = await ctx.submit(request)
+    return {"throttle_time": 0, "error_code": a["error_code"]}
+
+
+async def leave_group(ctx: GatewayContext, v: int, body: dict[str, Any], *_: str) -> dict[str, Any]:
+    request = _base(ctx, "leave_group", body["group_id"], v)
+    if v >= 3:
+        request["members"] = [
+            {
+                "member_id": m["member_id"],
+                "group_instance_id": m.get("group_instance_id"),
+                "reason": m.get("reason"),
+            }
+            for m in body["members"]
+        ]
+    else:
+        request["member_id"] = body["member_id"]
+    a = await ctx.submit(request)
+    return {
+        "throttle_time": 0,
+        "error_code": a["error_code"],
+        "members": [
+            {
+                "member_id": m["member_id"],
+                "group_instance_id": m.get("group_instance_id"),
+                "error_code": m["error_code"],
+            }
+            for m in a.get("members") or []
+        ],
+    }
+
+
+def _by_topic(
+    partitions: list[dict[str, Any]], row: Callable[[dict[str, Any]], dict[str, Any]]
+) -> list[dict[str, Any]]:
+    topics: dict[str, list[dict[str, Any]]] = {}
+    for p in partitions:
+        topics.setdefault(p["topic"], []).append(row(p))
+    return [{"name": name, "partitions": rows} for name, rows in topics.items()]
+
+
+async def offset_commit(
+    ctx: GatewayContext, v: int, body: dict[str, Any], *_: str
+) -> dict[str, Any]:
+    request = _base(ctx, "offset_commit", body["group_id"], v)
+    generation = body.get("generation_id_or_member_epoch", body.get("generation_id", -1))
+    request.update(
+        member_id=body.get("member_id", ""),
+        group_instance_id=body.get("group_instance_id"),
+        generation_id=generation,
+        retention_time_ms=body.get("retention_time", -1) if 2 <= v <= 4 else -1,
+        offsets=[
+            {
+                "topic": t["name"],
+                "partition": p["partition_index"],
+                "offset": p["committed_offset"],
+                "leader_epoch": p.get("committed_leader_epoch", -1),
+                "metadata": p.get("committed_metadata"),
+            }
+            for t in body["topics"]
+            for p in t["partitions"]
+        ],
+    )
+    a = await ctx.submit(request)
+    return {
+        "throttle_time": 0,
+        "topics": _by_topic(
+            a["partitions"],
+            lambda p: {"partition_index": p["partition"], "error_code": p["error_code"]},
+        ),
+    }
+
+
+def _fetched(p: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "partition_index": p["partition"],
+        "committed_offset": p["offset"],
+        "committed_leader_epoch": p.get("leader_epoch", -1),
+        "metadata": p.get("metadata") if p.get("metadata") is not None else "",
+        "error_code": p["error_code"],
+    }
+
+
+async def _offset_fetch_one(
+    ctx: GatewayContext, v: int, group_id: str, topics: list[dict[str, Any]] | None, stable: bool
+) -> dict[str, Any]:
+    request = _base(ctx, "offset_fetch", group_id, v)
+    request["partitions"] = (
+        None
+        if topics is None
+        else [{"topic": t["name"], "partition": i} for t in topics for i in t["partition_indexes"]]
+    )
+    request["require_stable"] = stable
+    a = await ctx.submit(request)
+    return {
+        "group_id": group_id,
+        "error_code": a["error_code"],
+        "topics": _by_topic(a.get("partitions") or [], _fetched),
+    }
+
+
+async def offset_fetch(
+    ctx: GatewayContext, v: int, body: dict[str, Any], *_: str
+) -> dict[str, Any]:
+    stable = bool(body.get("require_stable", False))
+    if v >= 8:
+        groups = [
+            await _offset_fetch_one(ctx, v, g["group_id"], g.get("topics"), stable)
+            for g in body["groups"]
+        ]
+        return {"throttle_time": 0, "groups": groups}
+    one = await _offset_fetch_one(ctx, v, body["group_id"], body.get("topics"), stable)
+    return {"throttle_time": 0, "topics": one["topics"], "error_code": one["error_code"]}
+
+
+async def offset_delete(
+    ctx: GatewayContext, v: int, body: dict[str, Any], *_: str
+) -> dict[str, Any]:
+    request = _base(ctx, "offset_delete", body["group_id"], v)
+    request["partitions"] = [
+        {"topic": t["name"], "partition": p["partition_index"]}
+        for t in body["topics"]
+        for p in t["partitions"]
+    ]
+    a = await ctx.submit(request)
+    return {
+        "error_code": a["error_code"],
+        "throttle_time": 0,
+        "topics": _by_topic(
+            a.get("partitions") or [],
+            lambda p: {"partition_index": p["partition"], "error_code": p["error_code"]},
+        ),
+    }
+
+
+async def describe_groups(
+    ctx: GatewayContext, v: int, body: dict[str, Any], *_: str
+) -> dict[str, Any]:
+    operations = GROUP_OPERATIONS if body.get("include_authorized_operations") else INT32_MIN
+    groups = []
+    for group_id in body["groups"]:
+        a = await ctx.submit(_base(ctx, "describe_groups", group_id, v))
+        groups.append(
+            {
+                "error_code": a["error_code"],
+                "group_id": group_id,
+                "group_state": a.get("group_state") or "",
+                "protocol_type": a.get("protocol_type") or "",
+                "protocol_data": a.get("protocol_data") or "",
+                "members": [
+                    {
+                        "member_id": m["member_id"],
+                        "group_instance_id": m.get("group_instance_id"),
+                        "client_id": m["client_id"],
+                        "client_host": m["client_host"],
+                        "member_metadata": m["member_metadata"],
+                        "member_assignment": m["member_assignment"],
+                    }
+                    for m in a.get("members") or []
+                ],
+                "authorized_operations": operations,
+            }
+        )
+    return {"throttle_time": 0, "groups": groups}
+
+
+async def list_groups(ctx: GatewayContext, v: int, body: dict[str, Any], *_: str) -> dict[str, Any]:
+    request = _base(ctx, "list_groups", "", v)
+    request["states_filter"] = body.get("states_filter") if v >= 4 else None
+    request["types_filter"] = body.get("types_filter") if v >= 5 else None
+    a = await ctx.submit(request)
+    return {"throttle_time": 0, "error_code": a["error_code"], "groups": a.get("groups") or []}
+
+
+async def delete_groups(
+    ctx: GatewayContext, v: int, body: dict[str, Any], *_: str
+) -> dict[str, Any]:
+    results = []
+    for group_id in body["groups_names"]:
+        a = await ctx.submit(_base(ctx, "delete_groups", group_id, v))
+        results.append({"group_id": group_id, "error_code": a["error_code"]})
+    return {"throttle_time": 0, "results": results}
+
+
+Handler = Callable[..., Awaitable[dict[str, Any] | None]]
+
+HANDLERS: dict[int, Handler] = {
+    codec.PRODUCE: produce,
+    codec.FETCH: fetch,
+    codec.LIST_OFFSETS: list_offsets,
+    codec.METADATA: metadata,
+    codec.OFFSET_COMMIT: offset_commit,
+    codec.OFFSET_FETCH: offset_fetch,
+    codec.FIND_COORDINATOR: find_coordinator,
+    codec.JOIN_GROUP: join_group,
+    codec.HEARTBEAT: heartbeat,
+    codec.LEAVE_GROUP: leave_group,
+    codec.SYNC_GROUP: sync_group,
+    codec.DESCRIBE_GROUPS: describe_groups,
+    codec.LIST_GROUPS: list_groups,
+    codec.API_VERSIONS: api_versions,
+    codec.DELETE_GROUPS: delete_groups,
+    codec.OFFSET_DELETE: offset_delete,
+}

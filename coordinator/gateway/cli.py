@@ -1,0 +1,86 @@
+"""``coordinator gateway``: the Kafka wire-protocol gateway, embedded back end."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+from pathlib import Path
+from typing import Any
+
+DEFAULT_PROPERTIES = Path("conf/gateway.properties")
+
+
+def add_parser(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "gateway",
+        help="serve Kafka's wire protocol (group APIs) in front of the coordinator",
+        description="A Kafka wire-protocol gateway: Kafka clients form groups and commit "
+        "offsets through the coordinator engine.",
+    )
+    p.add_argument("--listen", default="127.0.0.1:9092", metavar="HOST:PORT")
+    p.add_argument(
+        "--embedded",
+        action="store_true",
+        help="run the engine in this process (the only back end so far; the default)",
+    )
+    p.add_argument(
+        "--log-warehouse",
+        metavar="DIR",
+        help="embedded: write the log to DIR's consumer_offsets Delta table and rebuild from it "
+        "on start (without it, groups live in memory only). --warehouse is kept for the back "
+        "end that forwards to a running Spark job (not built yet)",
+    )
+    p.add_argument(
+        "--topic",
+        action="append",
+        default=[],
+        metavar="NAME:PARTITIONS",
+        help="a topic Metadata advertises (repeatable)",
+    )
+    p.add_argument(
+        "--gateway-conf",
+        default=None,
+        metavar="FILE",
+        help=f"gateway properties (default {DEFAULT_PROPERTIES} if present)",
+    )
+    p.add_argument("--conf", action="append", metavar="FILE", help="coordinator properties")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="a coordinator setting")
+    p.add_argument("--max-request-bytes", type=int, default=1_048_576)
+    p.set_defaults(run=run)
+
+
+def parse_topics(items: list[str]) -> dict[str, int]:
+    topics: dict[str, int] = {}
+    for item in items:
+        item = item.strip()
+        if not item:
+            continue
+        name, sep, count = item.rpartition(":")
+        if not sep or not name or not count.isdigit() or int(count) < 1:
+            raise ValueError(f"a topic is NAME:PARTITIONS, got {item!r}")
+        topics[name] = int(count)
+    return topics
+
+
+def run(args: argparse.Namespace) -> int:
+    from coordinator.cli.settings import load_config, read_properties
+    from coordinator.gateway.embedded import EmbeddedBackend
+    from coordinator.gateway.server import Gateway
+    from coordinator.gateway.server import run as serve
+
+    host, sep, port = args.listen.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ValueError(f"--listen expects HOST:PORT, got {args.listen!r}")
+    topics: dict[str, int] = {}
+    conf = Path(args.gateway_conf) if args.gateway_conf else DEFAULT_PROPERTIES
+    if args.gateway_conf or conf.exists():
+        topics.update(parse_topics(read_properties(conf).get("topics", "").split(",")))
+    topics.update(parse_topics(args.topic))
+    config = load_config(args.conf, args.set)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    backend = EmbeddedBackend(config, args.log_warehouse)
+    gateway = Gateway(backend, topics, host, int(port), max_request_bytes=args.max_request_bytes)
+    print(f"coordinator gateway on {host}:{port}, topics {topics}", flush=True)
+    asyncio.run(serve(gateway))
+    return 0

@@ -1,0 +1,229 @@
+"""Kafka's wire framing and headers, with kio (generated from Kafka's message specs) as the codec.
+
+A request frame is ``INT32 size`` then the request header and body. The header's version follows
+from the API key and version (flexible versions use header v2, with tagged fields); kio's request
+class of that version names its header schema (``__header_schema__``), as it does for responses
+(ApiVersions' response header is always v0, whatever the version). This module only encodes and
+decodes; what to answer is :mod:`coordinator.gateway.apis`' business.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import io
+import struct
+import typing
+import uuid
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+from kio.index import load_request_schema, load_response_schema
+from kio.schema.errors import ErrorCode
+from kio.serial import entity_reader, entity_writer
+
+#: Kafka's API keys, for the APIs this gateway serves.
+PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3
+OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR, JOIN_GROUP = 8, 9, 10, 11
+HEARTBEAT, LEAVE_GROUP, SYNC_GROUP, DESCRIBE_GROUPS, LIST_GROUPS = 12, 13, 14, 15, 16
+API_VERSIONS, DELETE_GROUPS, OFFSET_DELETE = 18, 42, 47
+
+#: What the gateway advertises: (min, max) per API key. The group APIs at the versions Kafka's
+#: classic coordinator serves (kio's floors for OffsetCommit/OffsetFetch, which are Kafka 4's);
+#: ListOffsets, Fetch and Produce only as far as real clients need them (kafka-clients-notes 3).
+SUPPORTED: dict[int, tuple[int, int]] = {
+    PRODUCE: (3, 9),
+    FETCH: (4, 12),
+    LIST_OFFSETS: (1, 7),
+    METADATA: (0, 12),
+    OFFSET_COMMIT: (2, 9),
+    OFFSET_FETCH: (1, 9),
+    FIND_COORDINATOR: (0, 6),
+    JOIN_GROUP: (0, 9),
+    HEARTBEAT: (0, 4),
+    LEAVE_GROUP: (0, 5),
+    SYNC_GROUP: (0, 5),
+    DESCRIBE_GROUPS: (0, 5),
+    LIST_GROUPS: (0, 5),
+    API_VERSIONS: (0, 4),
+    DELETE_GROUPS: (0, 2),
+    OFFSET_DELETE: (0, 0),
+}
+
+
+class FrameError(Exception):
+    """A frame that cannot be served: the connection is closed (as Kafka does)."""
+
+
+@dataclass(frozen=True, slots=True)
+class DecodedRequest:
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    body: Any  # a kio request entity; None for an ApiVersions above the supported range
+
+
+def peek_header(frame: bytes) -> tuple[int, int, int]:
+    """(api key, api version, correlation id): the fields every header version starts with."""
+    if len(frame) < 8:
+        raise FrameError(f"a request of {len(frame)} bytes has no header")
+    api_key, api_version, correlation_id = struct.unpack_from(">hhi", frame, 0)
+    return int(api_key), int(api_version), int(correlation_id)
+
+
+def decode_request(frame: bytes) -> DecodedRequest:
+    """The header and body of one request frame (without its size prefix).
+
+    Raises :class:`FrameError` for an unknown API key, a version out of range (except
+    ApiVersions, which Kafka answers), an undecodable header or body, or trailing bytes."""
+    api_key, api_version, correlation_id = peek_header(frame)
+    if api_key not in SUPPORTED:
+        raise FrameError(f"unknown or unsupported API key {api_key}")
+    low, high = SUPPORTED[api_key]
+    if not low <= api_version <= high:
+        if api_key == API_VERSIONS and api_version > high:
+            return DecodedRequest(api_key, api_version, correlation_id, None, None)
+        raise FrameError(f"API key {api_key} version {api_version} is outside {low}-{high}")
+    schema = load_request_schema(api_key, api_version)
+    try:
+        header, used = entity_reader(schema.__header_schema__)(frame, 0)
+        body, size = entity_reader(schema)(frame, used)
+    except Exception as exc:
+        raise FrameError(f"API key {api_key} v{api_version} does not decode: {exc!r}") from exc
+    if used + size != len(frame):
+        raise FrameError(f"{len(frame) - used - size} trailing bytes after the request")
+    return DecodedRequest(api_key, api_version, correlation_id, header.client_id, body)
+
+
+def encode_response(
+    api_key: int, api_version: int, correlation_id: int, body: dict[str, Any]
+) -> bytes:
+    """The framed response (size prefix, header of the response's header version, body) of the
+    plain data ``body`` (:func:`build`) at ``api_version``."""
+    schema = load_response_schema(api_key, api_version)
+    header_schema = schema.__header_schema__
+    buffer = io.BytesIO()
+    buffer.write(b"\0\0\0\0")
+    header = build(header_schema, {"correlation_id": correlation_id})
+    entity_writer(header_schema)(buffer, header)
+    entity_writer(schema)(buffer, build(schema, body))
+    data = bytearray(buffer.getvalue())
+    struct.pack_into(">i", data, 0, len(data) - 4)
+    return bytes(data)
+
+
+def encode_request(
+    api_key: int,
+    api_version: int,
+    correlation_id: int,
+    body: dict[str, Any],
+    client_id: str | None = "test",
+) -> bytes:
+    """A framed request (for tests and tools: the gateway itself only decodes requests)."""
+    schema = load_request_schema(api_key, api_version)
+    header_schema = schema.__header_schema__
+    buffer = io.BytesIO()
+    buffer.write(b"\0\0\0\0")
+    header = build(
+        header_schema,
+        {
+            "request_api_key": api_key,
+            "request_api_version": api_version,
+            "correlation_id": correlation_id,
+            "client_id": client_id,
+        },
+    )
+    entity_writer(header_schema)(buffer, header)
+    entity_writer(schema)(buffer, build(schema, body))
+    data = bytearray(buffer.getvalue())
+    struct.pack_into(">i", data, 0, len(data) - 4)
+    return bytes(data)
+
+
+def decode_response(api_key: int, api_version: int, frame: bytes) -> tuple[int, Any]:
+    """(correlation id, kio response entity) of a response frame without its size prefix."""
+    schema = load_response_schema(api_key, api_version)
+    header, used = entity_reader(schema.__header_schema__)(frame, 0)
+    body, size = entity_reader(schema)(frame, used)
+    if used + size != len(frame):
+        raise FrameError("trailing bytes after the response")
+    return int(header.correlation_id), body
+
+
+# --- plain data <-> kio entities ---------------------------------------------------------------
+
+
+@cache
+def _fields(cls: type) -> tuple[tuple[str, str | None, type | None, bool, bool], ...]:
+    """Per field: name, kafka type, nested entity class (if any), nested-is-array, has default."""
+    out = []
+    for f in dataclasses.fields(cls):
+        nested, many = _nested(f.type)
+        has_default = (
+            f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
+        )
+        out.append((f.name, f.metadata.get("kafka_type"), nested, many, has_default))
+    return tuple(out)
+
+
+def _nested(tp: Any) -> tuple[type | None, bool]:
+    args = [a for a in typing.get_args(tp) if a is not type(None)]
+    if typing.get_origin(tp) is tuple:
+        inner = args[0] if args else None
+        if isinstance(inner, type) and dataclasses.is_dataclass(inner):
+            return inner, True
+        return None, False
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+        return tp, False
+    if len(args) == 1:
+        return _nested(args[0])
+    return None, False
+
+
+def build(cls: type, data: dict[str, Any]) -> Any:
+    """A kio entity of ``cls`` from plain data: ints for ``*_ms`` timedeltas and error codes,
+    dicts and lists for nested entities; fields absent from ``data`` take the schema default.
+    Keys that ``cls`` (this version) lacks are ignored."""
+    kwargs: dict[str, Any] = {}
+    for name, kafka_type, nested, many, has_default in _fields(cls):
+        if name not in data:
+            if not has_default:
+                raise ValueError(f"{cls.__qualname__}.{name} is required")
+            continue
+        value = data[name]
+        if value is None:
+            kwargs[name] = None
+        elif nested is not None:
+            kwargs[name] = (
+                tuple(build(nested, item) for item in value) if many else build(nested, value)
+            )
+        elif kafka_type in ("timedelta_i32", "timedelta_i64"):
+            kwargs[name] = datetime.timedelta(milliseconds=int(value))
+        elif kafka_type == "error_code":
+            kwargs[name] = ErrorCode(int(value))
+        elif kafka_type in ("datetime_i64",):
+            kwargs[name] = datetime.datetime.fromtimestamp(int(value) / 1000, datetime.UTC)
+        elif kafka_type == "uuid" and not isinstance(value, uuid.UUID):
+            kwargs[name] = uuid.UUID(str(value))
+        elif isinstance(value, list):
+            kwargs[name] = tuple(value)
+        else:
+            kwargs[name] = value
+    return cls(**kwargs)
+
+
+def plain(entity: Any) -> Any:
+    """A kio entity as plain data: dicts, lists, ints (timedeltas as milliseconds)."""
+    if dataclasses.is_dataclass(entity) and not isinstance(entity, type):
+        return {f.name: plain(getattr(entity, f.name)) for f in dataclasses.fields(entity)}
+    if isinstance(entity, tuple):
+        return [plain(item) for item in entity]
+    if isinstance(entity, datetime.timedelta):
+        return round(entity.total_seconds() * 1000)
+    if isinstance(entity, datetime.datetime):
+        return round(entity.timestamp() * 1000)
+    if isinstance(entity, ErrorCode):
+        return int(entity.value)
+    return entity

@@ -1,0 +1,177 @@
+"""The embedded back end: the engine in this process, on the wall clock.
+
+Every request is handled by the engine as it arrives (the engine is synchronous and fast); its
+answer, and any answer to an earlier parked JoinGroup/SyncGroup that the call emitted, resolves
+the future its connection awaits. A scheduler task calls ``advance`` at the engine's next
+deadline (sessions, joins, syncs, the initial rebalance delay).
+
+With a warehouse, the log records an engine call produced are written to the job's
+``consumer_offsets`` Delta table (:class:`coordinator.stream.sink.DeltaSink`, the job's own
+writer, under its own application id) before the answers of that call are released, so a commit
+is acknowledged only once the log holds it, as Kafka does. Calls arriving while a write is under
+way are batched into the next write. On start the engine is rebuilt from that table
+(``GroupCoordinator.from_records``, Kafka's load on failover).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+from coordinator.config import CoordinatorConfig
+from coordinator.engine import CoordinatorNode, GroupCoordinator
+
+log = logging.getLogger(__name__)
+
+#: The application id of the gateway's commits to the Delta tables.
+APP_ID = "coordinator-gateway"
+COORDINATOR_NOT_AVAILABLE = 15
+
+
+def wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class EmbeddedBackend:
+    def __init__(
+        self,
+        config: CoordinatorConfig | None = None,
+        warehouse: str | Path | None = None,
+        flush_interval_ms: float = 2.0,
+    ) -> None:
+        self.config = config or CoordinatorConfig()
+        self.warehouse = None if warehouse is None else Path(warehouse)
+        self.flush_interval_ms = flush_interval_ms
+        self.engine = GroupCoordinator(self.config)
+        self._waiting: dict[str, asyncio.Future[dict[str, Any]]] = {}
+        self._wake = asyncio.Event()
+        self._pending_records: list[dict[str, Any]] = []
+        self._pending_answers: list[dict[str, Any]] = []
+        self._flush = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._closing = False
+        self._sink: Any = None
+        self._batch_id = 0
+        self.records_written = 0
+        self.batches_written = 0
+
+    async def start(self, node: CoordinatorNode) -> None:
+        if self.warehouse is not None:
+            records = await asyncio.to_thread(self._open_log)
+            self.engine = GroupCoordinator.from_records(records, self.config, wall_ms(), node=node)
+        else:
+            self.engine = GroupCoordinator(self.config, node=node)
+        self._tasks = [
+            asyncio.create_task(self._scheduler(), name="gateway-scheduler"),
+            asyncio.create_task(self._writer(), name="gateway-log-writer"),
+        ]
+
+    def _open_log(self) -> list[dict[str, Any]]:
+        from coordinator.stream.rebuild import read_log
+        from coordinator.stream.schema import Warehouse
+        from coordinator.stream.sink import DeltaSink
+
+        assert self.warehouse is not None
+        tables = Warehouse.at(self.warehouse).tables
+        tables.mkdir(parents=True, exist_ok=True)
+        rows: list[dict[str, Any]] = read_log(tables).to_pylist()
+        self._sink = DeltaSink(tables, APP_ID)
+        last = self._sink.last_batch()
+        self._batch_id = 0 if last is None else last + 1
+        return rows
+
+    async def stop(self) -> None:
+        """Stop the timers, then let the writer finish (a write in flight is never cancelled:
+        its thread would go on writing), flushing what is pending."""
+        scheduler, writer = self._tasks or (None, None)
+        self._tasks = []
+        if scheduler is not None:
+            scheduler.cancel()
+            await asyncio.gather(scheduler, return_exceptions=True)
+        self._closing = True
+        self._flush.set()
+        if writer is not None:
+            await asyncio.gather(writer, return_exceptions=True)
+
+    async def submit(self, request: dict[str, Any]) -> dict[str, Any]:
+        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._waiting[str(request["request_id"])] = future
+        self._emit(self.engine.handle(request, wall_ms()))
+        self._wake.set()  # the next deadline may have moved
+        try:
+            return await future
+        finally:
+            self._waiting.pop(str(request["request_id"]), None)
+
+    def _emit(self, answers: list[dict[str, Any]]) -> None:
+        records = self.engine.drain_records()
+        if self._sink is not None and (records or self._pending_records):
+            # Held until the records are in the log (and after any earlier held answers).
+            self._pending_records.extend(records)
+            self._pending_answers.extend(answers)
+            self._flush.set()
+            return
+        self._resolve(answers)
+
+    def _resolve(self, answers: list[dict[str, Any]]) -> None:
+        for answer in answers:
+            future = self._waiting.get(str(answer["request_id"]))
+            if future is not None and not future.done():
+                future.set_result(answer)
+
+    async def _scheduler(self) -> None:
+        while True:
+            deadline = self.engine.next_deadline()
+            timeout = None if deadline is None else max(0.0, (deadline - wall_ms()) / 1000)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout)
+            self._wake.clear()
+            self._emit(self.engine.advance(wall_ms()))
+
+    async def _writer(self) -> None:
+        while not self._closing:
+            await self._flush.wait()
+            if not self._closing:
+                await asyncio.sleep(self.flush_interval_ms / 1000)  # gather what comes together
+            self._flush.clear()
+            await self._write_pending()
+
+    async def _write_pending(self) -> None:
+        records, self._pending_records = self._pending_records, []
+        answers, self._pending_answers = self._pending_answers, []
+        if records:
+            try:
+                await asyncio.to_thread(self._write, records)
+            except Exception as exc:  # not acknowledged: the client retries
+                log.exception("writing %d log records failed", len(records))
+                answers = [_not_written(a, exc) for a in answers]
+        self._resolve(answers)
+
+    def _write(self, records: list[dict[str, Any]]) -> None:
+        now = wall_ms()
+        self._sink.write_batch(
+            self._batch_id,
+            records=records,
+            responses=[],
+            groups=[],
+            rejected=[],
+            list_groups=[],
+            emitted_at_ms=now,
+            written_at_ms=now,
+        )
+        self._batch_id += 1
+        self.records_written += len(records)
+        self.batches_written += 1
+
+
+def _not_written(answer: dict[str, Any], exc: Exception) -> dict[str, Any]:
+    """An answer whose records did not reach the log: COORDINATOR_NOT_AVAILABLE, as Kafka
+    answers when the append to ``__consumer_offsets`` fails."""
+    failed = dict(answer, error_code=COORDINATOR_NOT_AVAILABLE, error="COORDINATOR_NOT_AVAILABLE")
+    for p in failed.get("partitions") or []:
+        p["error_code"] = COORDINATOR_NOT_AVAILABLE
+    return failed

@@ -1,0 +1,435 @@
+"""The Kafka wire-protocol gateway (issue 10): kio codec round trips, bad frames, and real
+kafka-python consumers forming a group through the embedded gateway."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import struct
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from coordinator.config import CoordinatorConfig
+from coordinator.gateway import codec
+from coordinator.gateway.embedded import EmbeddedBackend
+from coordinator.gateway.server import Gateway
+
+TOPICS = {"t": 6, "other": 2}
+
+
+class Running:
+    """A gateway served by its own event loop in a thread, on an ephemeral port."""
+
+    def __init__(self, warehouse: str | None = None, **options: Any) -> None:
+        config = CoordinatorConfig(group_initial_rebalance_delay_ms=0)
+        self.gateway = Gateway(
+            EmbeddedBackend(config, warehouse), TOPICS, "127.0.0.1", 0, **options
+        )
+        self.loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        assert self._ready.wait(30)
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_until_complete(self.gateway.start())
+        self._ready.set()
+        self.loop.run_forever()
+
+    @property
+    def port(self) -> int:
+        return self.gateway.port
+
+    def stop(self) -> None:
+        asyncio.run_coroutine_threadsafe(self.gateway.stop(), self.loop).result(30)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(30)
+
+
+@pytest.fixture
+def gateway() -> Iterator[Running]:
+    running = Running(idle_timeout_s=1.0, max_request_bytes=65536)
+    yield running
+    running.stop()
+
+
+def _read_frame(sock: socket.socket) -> bytes | None:
+    def exactly(n: int) -> bytes | None:
+        data = b""
+        while len(data) < n:
+            chunk = sock.recv(n - len(data))
+            if not chunk:
+                return None
+            data += chunk
+        return data
+
+    prefix = exactly(4)
+    if prefix is None:
+        return None
+    return exactly(struct.unpack(">i", prefix)[0])
+
+
+def call(port: int, api_key: int, version: int, body: dict[str, Any]) -> Any:
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(codec.encode_request(api_key, version, 7, body))
+        frame = _read_frame(sock)
+        assert frame is not None, "connection closed"
+        correlation_id, response = codec.decode_response(api_key, version, frame)
+        assert correlation_id == 7
+        return codec.plain(response)
+
+
+def closed(sock: socket.socket) -> bool:
+    try:
+        return sock.recv(1) == b""
+    except ConnectionResetError:
+        return True
+
+
+# --- the codec, through kio, at the lowest and highest version of each API -----------------------
+
+REQUESTS: dict[int, dict[str, Any]] = {
+    codec.API_VERSIONS: {"client_software_name": "t", "client_software_version": "1"},
+    codec.METADATA: {
+        "topics": [{"name": "t", "topic_id": None}],
+        "allow_auto_topic_creation": False,
+        "include_topic_authorized_operations": False,
+    },
+    codec.FIND_COORDINATOR: {"key": "g", "key_type": 0, "coordinator_keys": ["g", "h"]},
+    codec.JOIN_GROUP: {
+        "group_id": "g",
+        "session_timeout": 10000,
+        "rebalance_timeout": 10000,
+        "member_id": "",
+        "protocol_type": "consumer",
+        "protocols": [{"name": "range", "metadata": b"\x00\x01"}],
+    },
+    codec.SYNC_GROUP: {"group_id": "g", "generation_id": 1, "member_id": "m", "assignments": []},
+    codec.HEARTBEAT: {"group_id": "g", "generation_id": 1, "member_id": "m"},
+    codec.LEAVE_GROUP: {
+        "group_id": "g",
+        "member_id": "m",
+        "members": [{"member_id": "m", "group_instance_id": None}],
+    },
+    codec.OFFSET_COMMIT: {
+        "group_id": "g",
+        "generation_id": -1,
+        "generation_id_or_member_epoch": -1,
+        "member_id": "",
+        "retention_time": -1,
+        "topics": [
+            {
+                "name": "t",
+                "partitions": [
+                    {"partition_index": 0, "committed_offset": 5, "committed_metadata": ""}
+                ],
+            }
+        ],
+    },
+    codec.OFFSET_FETCH: {
+        "group_id": "g",
+        "topics": [{"name": "t", "partition_indexes": [0]}],
+        "groups": [{"group_id": "g", "topics": [{"name": "t", "partition_indexes": [0]}]}],
+    },
+    codec.DESCRIBE_GROUPS: {"groups": ["g"], "include_authorized_operations": True},
+    codec.LIST_GROUPS: {},
+    codec.DELETE_GROUPS: {"groups_names": ["g"]},
+    codec.OFFSET_DELETE: {
+        "group_id": "g",
+        "topics": [{"name": "t", "partitions": [{"partition_index": 0}]}],
+    },
+    codec.LIST_OFFSETS: {
+        "replica_id": -1,
+        "isolation_level": 0,
+        "topics": [{"name": "t", "partitions": [{"partition_index": 0, "timestamp": -1}]}],
+    },
+    codec.FETCH: {
+        "replica_id": -1,
+        "max_wait": 10,
+        "min_bytes": 1,
+        "max_bytes": 1 << 20,
+        "isolation_level": 0,
+        "topics": [
+            {
+                "topic": "t",
+                "partitions": [{"partition": 0, "fetch_offset": 3, "partition_max_bytes": 1024}],
+            }
+        ],
+        "forgotten_topics_data": [],
+    },
+    codec.PRODUCE: {
+        "acks": -1,
+        "timeout": 1000,
+        "topic_data": [{"name": "t", "partition_data": [{"index": 0, "records": b""}]}],
+    },
+}
+
+CASES = [
+    (key, version)
+    for key, (low, high) in sorted(codec.SUPPORTED.items())
+    for version in {low, high}
+]
+
+
+@pytest.mark.parametrize(("api_key", "version"), CASES)
+def test_codec_round_trip_each_api_lowest_and_highest(gateway: Running, api_key: int, version: int):
+    """A request encoded by kio at the version is decoded, served and answered at that version
+    (the answer decodes with kio, with nothing left over)."""
+    response = call(gateway.port, api_key, version, REQUESTS[api_key])
+    assert isinstance(response, dict)
+    if api_key == codec.API_VERSIONS:
+        assert response["error_code"] == 0
+        ranges = {k["api_key"]: (k["min_version"], k["max_version"]) for k in response["api_keys"]}
+        assert ranges == codec.SUPPORTED
+    if api_key == codec.FETCH:
+        assert response["responses"][0]["partitions"][0]["records"] == b""
+        assert response["responses"][0]["partitions"][0]["high_watermark"] == 3
+    if api_key == codec.PRODUCE:
+        assert response["responses"][0]["partition_responses"][0]["error_code"] == 44
+    if api_key == codec.FIND_COORDINATOR:
+        if version >= 4:
+            assert [c["key"] for c in response["coordinators"]] == ["g", "h"]
+            assert all(c["port"] == gateway.port for c in response["coordinators"])
+        else:
+            assert (response["node_id"], response["port"]) == (0, gateway.port)
+    if api_key == codec.METADATA:
+        assert len(response["topics"][0]["partitions"]) == 6
+
+
+def test_api_versions_above_range_gets_unsupported_version_in_v0(gateway: Running):
+    frame = bytearray(codec.encode_request(codec.API_VERSIONS, 4, 9, REQUESTS[codec.API_VERSIONS]))
+    struct.pack_into(">h", frame, 6, 99)  # the header's api version
+    with socket.create_connection(("127.0.0.1", gateway.port), timeout=10) as sock:
+        sock.sendall(bytes(frame))
+        answer = _read_frame(sock)
+    assert answer is not None
+    correlation_id, response = codec.decode_response(codec.API_VERSIONS, 0, answer)
+    assert correlation_id == 9
+    assert int(response.error_code) == 35
+    assert len(response.api_keys) == len(codec.SUPPORTED)
+
+
+def test_batched_requests_split_and_merge(gateway: Running):
+    for group in ("a", "b"):
+        commit = dict(REQUESTS[codec.OFFSET_COMMIT], group_id=group)
+        response = call(gateway.port, codec.OFFSET_COMMIT, 9, commit)
+        assert response["topics"][0]["partitions"][0]["error_code"] == 0
+    fetched = call(
+        gateway.port,
+        codec.OFFSET_FETCH,
+        9,
+        {"groups": [{"group_id": "a", "topics": None}, {"group_id": "b", "topics": None}]},
+    )
+    assert [g["group_id"] for g in fetched["groups"]] == ["a", "b"]
+    assert all(g["topics"][0]["partitions"][0]["committed_offset"] == 5 for g in fetched["groups"])
+    described = call(
+        gateway.port,
+        codec.DESCRIBE_GROUPS,
+        5,
+        {"groups": ["a", "b", "zz"], "include_authorized_operations": False},
+    )
+    assert [g["group_state"] for g in described["groups"]] == ["Empty", "Empty", "Dead"]
+    deleted = call(gateway.port, codec.DELETE_GROUPS, 2, {"groups_names": ["a", "b"]})
+    assert [r["error_code"] for r in deleted["results"]] == [0, 0]
+    listed = call(gateway.port, codec.LIST_GROUPS, 5, {})
+    assert listed["groups"] == []
+
+
+# --- bad input on the wire ---------------------------------------------------------------------
+
+
+def _still_serving(port: int) -> None:
+    response = call(port, codec.API_VERSIONS, 3, REQUESTS[codec.API_VERSIONS])
+    assert response["error_code"] == 0
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        pytest.param(b"\x00\x00\x00\x10" + b"\xff" * 16, id="garbage"),
+        pytest.param(struct.pack(">i", 10_000_000), id="oversized-size-prefix"),
+        pytest.param(struct.pack(">i", -5), id="negative-size"),
+        pytest.param(struct.pack(">ihhi", 8, 9999, 0, 1), id="unknown-api-key"),
+        pytest.param(struct.pack(">ihhi", 8, codec.JOIN_GROUP, 42, 1), id="version-out-of-range"),
+        pytest.param(
+            codec.encode_request(codec.HEARTBEAT, 4, 1, REQUESTS[codec.HEARTBEAT])[:-3],
+            id="truncated-body",
+        ),
+    ],
+)
+def test_bad_frames_close_only_that_connection(gateway: Running, payload: bytes):
+    with socket.create_connection(("127.0.0.1", gateway.port), timeout=10) as bad:
+        bystander = socket.create_connection(("127.0.0.1", gateway.port), timeout=10)
+        bad.sendall(payload)
+        if len(payload) > 8 and struct.unpack(">i", payload[:4])[0] > len(payload) - 4:
+            bad.shutdown(socket.SHUT_WR)  # the client vanishes mid-request
+        assert closed(bad)
+        bystander.sendall(
+            codec.encode_request(codec.API_VERSIONS, 3, 1, REQUESTS[codec.API_VERSIONS])
+        )
+        assert _read_frame(bystander) is not None
+        bystander.close()
+    _still_serving(gateway.port)
+    assert gateway.gateway.backend.engine.group_ids() == []
+
+
+def test_silent_client_is_closed_after_idle_timeout(gateway: Running):
+    with socket.create_connection(("127.0.0.1", gateway.port), timeout=10) as silent:
+        _still_serving(gateway.port)
+        started = time.monotonic()
+        assert closed(silent)
+        assert time.monotonic() - started < 5
+    _still_serving(gateway.port)
+
+
+def test_parked_join_does_not_block_other_connections(gateway: Running):
+    join = dict(REQUESTS[codec.JOIN_GROUP], member_id="", group_id="parked")
+    first = call(gateway.port, codec.JOIN_GROUP, 9, join)
+    assert first["error_code"] == 79  # MEMBER_ID_REQUIRED
+    member = first["member_id"]
+    with socket.create_connection(("127.0.0.1", gateway.port), timeout=10) as a:
+        # A second member joins: its join is parked until the first rejoins (rebalance).
+        a.sendall(codec.encode_request(codec.JOIN_GROUP, 5, 1, dict(join, member_id="")))
+        time.sleep(0.2)
+        _still_serving(gateway.port)
+        rejoined = call(gateway.port, codec.JOIN_GROUP, 9, dict(join, member_id=member))
+        assert rejoined["error_code"] == 0
+        assert rejoined["generation_id"] == 1
+        frame = _read_frame(a)
+        assert frame is not None
+
+
+# --- real clients ------------------------------------------------------------------------------
+
+
+class Member(threading.Thread):
+    """One KafkaConsumer polling in its own thread (as an application runs it); other threads
+    only read its assignment and ask it to commit or close."""
+
+    def __init__(self, port: int, group: str, name: str) -> None:
+        super().__init__(daemon=True, name=name)
+        from kafka import KafkaConsumer
+
+        self.consumer = KafkaConsumer(
+            "t",
+            bootstrap_servers=f"127.0.0.1:{port}",
+            group_id=group,
+            client_id=name,
+            enable_auto_commit=False,
+            session_timeout_ms=10000,
+            heartbeat_interval_ms=500,
+        )
+        self.commit_wanted = threading.Event()
+        self.committed: dict[int, int | None] | None = None
+        self.stopping = threading.Event()
+        self.error: BaseException | None = None
+        self.start()
+
+    def shares(self) -> set[int]:
+        return {tp.partition for tp in self.consumer.assignment()}
+
+    def run(self) -> None:
+        from kafka.structs import OffsetAndMetadata
+
+        try:
+            while not self.stopping.is_set():
+                self.consumer.poll(timeout_ms=1000)
+                if self.commit_wanted.is_set():
+                    mine = self.consumer.assignment()
+                    self.consumer.commit(
+                        {tp: OffsetAndMetadata(10 + tp.partition, "", -1) for tp in mine}
+                    )
+                    self.committed = {tp.partition: self.consumer.committed(tp) for tp in mine}
+                    self.commit_wanted.clear()
+        except BaseException as exc:
+            self.error = exc
+        finally:
+            self.consumer.close()
+
+
+def _until(predicate: Any, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+@pytest.mark.slow
+def test_kafka_python_consumers_form_rebalance_and_commit(gateway: Running):
+    members = [Member(gateway.port, "kp", f"kp-{i}") for i in range(3)]
+    try:
+
+        def disjoint_cover() -> bool:
+            shares = [m.shares() for m in members]
+            return (
+                all(shares) and sum(map(len, shares)) == 6 and set().union(*shares) == set(range(6))
+            )
+
+        assert _until(disjoint_cover, 30), [m.shares() for m in members]
+        for m in members:
+            m.commit_wanted.set()
+        assert _until(lambda: all(m.committed is not None for m in members), 15)
+        for m in members:
+            assert m.committed == {p: 10 + p for p in m.committed or {}}
+            assert m.committed
+        leaving = members.pop()
+        leaving.stopping.set()
+        leaving.join(30)
+        assert _until(disjoint_cover, 30), [m.shares() for m in members]
+        assert all(m.error is None for m in members), [m.error for m in members]
+        fetched = call(
+            gateway.port,
+            codec.OFFSET_FETCH,
+            8,
+            {"groups": [{"group_id": "kp", "topics": None}]},
+        )
+        offsets = {
+            p["partition_index"]: p["committed_offset"]
+            for t in fetched["groups"][0]["topics"]
+            for p in t["partitions"]
+        }
+        assert offsets == {p: 10 + p for p in range(6)}
+    finally:
+        for m in members:
+            m.stopping.set()
+        for m in members:
+            m.join(30)
+
+
+@pytest.mark.slow
+def test_commits_survive_a_restart_from_the_delta_log(tmp_path: Any):
+    warehouse = str(tmp_path / "wh")
+    first = Running(warehouse)
+    try:
+        response = call(first.port, codec.OFFSET_COMMIT, 9, REQUESTS[codec.OFFSET_COMMIT])
+        assert response["topics"][0]["partitions"][0]["error_code"] == 0
+        assert first.gateway.backend.records_written == 1
+    finally:
+        first.stop()
+    second = Running(warehouse)
+    try:
+        fetched = call(second.port, codec.OFFSET_FETCH, 7, REQUESTS[codec.OFFSET_FETCH])
+        assert fetched["topics"][0]["partitions"][0]["committed_offset"] == 5
+    finally:
+        second.stop()
+
+
+def test_cli_topics_from_options_and_properties(tmp_path: Any):
+    from coordinator.cli import build_parser
+    from coordinator.gateway.cli import parse_topics
+
+    assert parse_topics(["a:3", " b.c-d:1 ", ""]) == {"a": 3, "b.c-d": 1}
+    for bad in ("a", "a:0", ":3", "a:x"):
+        with pytest.raises(ValueError):
+            parse_topics([bad])
+    args = build_parser().parse_args(
+        ["gateway", "--listen", "127.0.0.1:0", "--embedded", "--topic", "t:4", "--topic", "u:1"]
+    )
+    assert (args.command, args.listen, args.topic) == ("gateway", "127.0.0.1:0", ["t:4", "u:1"])
