@@ -30,6 +30,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 from deltalake import DeltaTable
 
+from coordinator.config import CoordinatorConfig
 from coordinator.log.partitioning import partition_for
 from coordinator.stream.schema import (
     CONSUMER_OFFSETS,
@@ -40,6 +41,7 @@ from coordinator.stream.schema import (
     TABLE_SCHEMAS,
     Warehouse,
 )
+from coordinator.stream.settings import IDENTITY_FILE
 
 
 class AsOfError(ValueError):
@@ -125,12 +127,19 @@ class WarehouseReader:
         return self._tables[name]
 
     @cached_property
+    def _identity(self) -> dict[str, Any]:
+        """The checkpoint's ``coordinator.json`` as stored (empty when there is none), read
+        once: the app id, its lineage and the pinned partition count all come from it."""
+        path = self.paths.checkpoint / IDENTITY_FILE
+        stored: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {}
+        return stored
+
+    @cached_property
     def app_id(self) -> str | None:
         """The job's Delta application id: from the checkpoint's ``coordinator.json``, else
         from the newest application transaction in the ``responses`` log."""
-        identity = self.paths.checkpoint / "coordinator.json"
-        if identity.exists():
-            return str(json.loads(identity.read_text())["app_id"])
+        if "app_id" in self._identity:
+            return str(self._identity["app_id"])
         log_dir = self.paths.table(RESPONSES) / "_delta_log"
         commits = sorted(log_dir.glob("*.json"), reverse=True) if log_dir.exists() else []
         for commit in commits:
@@ -145,19 +154,17 @@ class WarehouseReader:
         """Every app id that wrote these tables: the checkpoint's, and the ones of the
         checkpoints it was rebuilt from (``coordinator run --rebuild-from-log``). Batch ids go
         on rising across a rebuild, so the newest batch of any of them is a cut."""
-        identity = self.paths.checkpoint / "coordinator.json"
-        stored = json.loads(identity.read_text()) if identity.exists() else {}
-        earlier = (stored.get("rebuilt_from") or {}).get("previous_app_ids") or []
+        earlier = (self._identity.get("rebuilt_from") or {}).get("previous_app_ids") or []
         current = [] if self.app_id is None else [self.app_id]
         return current + [a for a in earlier if a not in current]
 
-    @property
+    @cached_property
     def offsets_topic_num_partitions(self) -> int:
-        """From the checkpoint (pinned there), else the default of Kafka's broker (50)."""
-        identity = self.paths.checkpoint / "coordinator.json"
-        if identity.exists():
-            return int(json.loads(identity.read_text())["offsets_topic_num_partitions"])
-        return 50
+        """From the checkpoint (pinned there), else Kafka's default."""
+        pinned = self._identity.get("offsets_topic_num_partitions")
+        if pinned is None:
+            return CoordinatorConfig().offsets_topic_num_partitions
+        return int(pinned)
 
     # --- cuts -----------------------------------------------------------------------------------
 
