@@ -79,7 +79,38 @@ def transport_error(request: dict[str, Any], error: Error, message: str) -> dict
     )
 
 
-class InProcessCluster:
+class AnswerQueue:
+    """What an in-process network owes its callers: a callback per request in flight, and the
+    answers that came for them, handed over by :meth:`deliver` (never from ``send``)."""
+
+    def __init__(self) -> None:
+        self._callbacks: dict[Any, Callback] = {}
+        self._queue: deque[tuple[Callback, dict[str, Any]]] = deque()
+
+    def _owe(self, request: dict[str, Any], callback: Callback) -> None:
+        rid = request["request_id"]
+        if rid in self._callbacks:
+            raise ValueError(f"request id {rid!r} is already in flight")
+        self._callbacks[rid] = callback
+
+    def _route(self, responses: list[dict[str, Any]]) -> None:
+        """Queue each response for the callback of its request (answers to nobody's dropped)."""
+        for answer in responses:
+            owed = self._callbacks.pop(answer["request_id"], None)
+            if owed is not None:
+                self._queue.append((owed, answer))
+
+    def deliver(self) -> int:
+        """Hand every queued response to its callback (in arrival order); returns how many."""
+        delivered = 0
+        while self._queue:
+            callback, answer = self._queue.popleft()
+            callback(answer)
+            delivered += 1
+        return delivered
+
+
+class InProcessCluster(AnswerQueue):
     """Coordinators in this process, by node id, on one clock: the test and simulation network.
 
     Requests reach ``coordinator.handle`` at once; responses (including the ones a later call or
@@ -90,11 +121,10 @@ class InProcessCluster:
     def __init__(self, nodes: Mapping[int, GroupCoordinator], clock: Clock) -> None:
         if not nodes:
             raise ValueError("a cluster needs at least one node")
+        super().__init__()
         self.nodes = dict(nodes)
         self.clock = clock
         self.down: set[int] = set()
-        self._callbacks: dict[Any, tuple[Callback, dict[str, Any], int]] = {}
-        self._queue: deque[tuple[Callback, dict[str, Any]]] = deque()
         self.sent = 0
 
     def send(self, request: dict[str, Any], callback: Callback, node_id: int | None = None) -> None:
@@ -116,10 +146,7 @@ class InProcessCluster:
                 )
             )
             return
-        rid = request["request_id"]
-        if rid in self._callbacks:
-            raise ValueError(f"request id {rid!r} is already in flight")
-        self._callbacks[rid] = (callback, request, node_id)
+        self._owe(request, callback)
         self._route(coordinator.handle(request, self.clock.now_ms()))
 
     def advance(self) -> None:
@@ -128,21 +155,6 @@ class InProcessCluster:
         for node_id, coordinator in self.nodes.items():
             if node_id not in self.down:
                 self._route(coordinator.advance(now))
-
-    def deliver(self) -> int:
-        """Hand every queued response to its callback (in arrival order); returns how many."""
-        delivered = 0
-        while self._queue:
-            callback, answer = self._queue.popleft()
-            callback(answer)
-            delivered += 1
-        return delivered
-
-    def _route(self, responses: list[dict[str, Any]]) -> None:
-        for answer in responses:
-            owed = self._callbacks.pop(answer["request_id"], None)
-            if owed is not None:
-                self._queue.append((owed[0], answer))
 
 
 class InProcessTransport(InProcessCluster):

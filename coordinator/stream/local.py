@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from coordinator import jsonio
-from coordinator.client.transport import Callback, Clock
+from coordinator.client.transport import AnswerQueue, Callback, Clock
 from coordinator.stream import operator
 from coordinator.stream.client import decode_response
 from coordinator.stream.job import BatchSink, batch_sink, operator_settings
@@ -139,7 +139,7 @@ def _line(
     return InboxLine(value, source, position, group_id, terminated, valid_utf8)
 
 
-class LocalNetwork:
+class LocalNetwork(AnswerQueue):
     """A :class:`LocalJob` as the members' network (the interface of
     :class:`coordinator.client.transport.InProcessCluster`): requests wait for the next
     micro-batch, every ``trigger_ms`` of the clock, and their answers come out of it, as they
@@ -147,14 +147,13 @@ class LocalNetwork:
     simulated clock, live members write a real warehouse in seconds."""
 
     def __init__(self, job: LocalJob, clock: Clock, trigger_ms: int = 200) -> None:
+        super().__init__()
         self.job = job
         self.clock = clock
         self.trigger_ms = trigger_ms
         self.next_batch_ms = clock.now_ms()
         self.sent = 0
         self._pending: list[tuple[dict[str, Any], Callback]] = []
-        self._callbacks: dict[Any, Callback | None] = {}
-        self._queue: list[tuple[Callback, dict[str, Any]]] = []
 
     def send(self, request: dict[str, Any], callback: Callback, node_id: int | None = None) -> None:
         self.sent += 1
@@ -171,21 +170,10 @@ class LocalNetwork:
         self.next_batch_ms = now + self.trigger_ms
         pending, self._pending = self._pending, []
         for request, callback in pending:
-            self._callbacks[request["request_id"]] = callback
+            self._owe(request, callback)
         answers = (
             self.job.run_batch([r for r, _ in pending], now)
             if pending
             else self.job.advance(now) or []
         )
-        for answer in answers:
-            owed = self._callbacks.pop(answer["request_id"], None)
-            if owed is not None:
-                self._queue.append((owed, answer))
-
-    def deliver(self) -> int:
-        delivered = 0
-        while self._queue:
-            callback, answer = self._queue.pop(0)
-            callback(answer)
-            delivered += 1
-        return delivered
+        self._route(answers)
