@@ -474,3 +474,14 @@ def test_the_cli_inspects_resets_and_deletes_on_the_running_spark_job(
         assert out.splitlines() == ["live"]
     finally:
         running.stop()
+
+
+def test_status_reads_the_checkpoint_identity_and_every_table(story: Story) -> None:
+    from coordinator.admin.tables import WarehouseReader
+    from coordinator.cli.status import collect
+    from coordinator.stream.schema import TABLES
+
+    status = collect(story.warehouse)
+    assert list(status["tables"]) == list(TABLES)
+    assert status["checkpoint"]["offsets_topic_num_partitions"] == 50
+    assert status["last_complete_batch"] == WarehouseReader(story.warehouse).cut().batch_id

@@ -34,12 +34,13 @@ def collect(warehouse: str | Path, checkpoint: str | Path | None = None) -> dict
     from deltalake.exceptions import TableNotFoundError
 
     from coordinator.stream.schema import TABLES, Warehouse
+    from coordinator.stream.settings import IDENTITY_FILE, read_identity
     from coordinator.stream.sink import last_complete_batch
 
     paths = Warehouse.at(warehouse, checkpoint=checkpoint)
     out: dict[str, Any] = {"warehouse": str(paths.root), "tables": {}}
-    identity_file = paths.checkpoint / "coordinator.json"
-    identity = json.loads(identity_file.read_text()) if identity_file.exists() else None
+    identity_file = paths.checkpoint / IDENTITY_FILE
+    identity = read_identity(identity_file) if identity_file.exists() else None
     progress_file = paths.status / "progress.json"
     if progress_file.exists():
         progress = json.loads(progress_file.read_text())
@@ -56,7 +57,7 @@ def collect(warehouse: str | Path, checkpoint: str | Path | None = None) -> dict
             table = DeltaTable(str(paths.table(name)))
         except TableNotFoundError:
             continue
-        app = identity["app_id"] if identity else None
+        app = identity.app_id if identity else None
         out["tables"][name] = {
             "version": table.version(),
             "files": len(table.file_uris()),
@@ -65,11 +66,11 @@ def collect(warehouse: str | Path, checkpoint: str | Path | None = None) -> dict
     if identity:
         out["checkpoint"] = {
             "path": str(paths.checkpoint),
-            "state_key": identity["state_key"],
-            "shards": identity["shards"],
-            "offsets_topic_num_partitions": identity["offsets_topic_num_partitions"],
+            "state_key": identity.state_key,
+            "shards": identity.shards,
+            "offsets_topic_num_partitions": identity.offsets_topic_num_partitions,
         }
-        out["last_complete_batch"] = last_complete_batch(paths.tables, identity["app_id"])
+        out["last_complete_batch"] = last_complete_batch(paths.tables, identity.app_id)
     return out
 
 
