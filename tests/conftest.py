@@ -31,3 +31,13 @@ def spark() -> Iterator[Any]:
     session = job.spark_session(load_settings([], shards=2))
     yield session
     session.stop()
+
+
+@pytest.fixture
+def gateway() -> Iterator[Any]:
+    """An embedded gateway on an ephemeral port, in its own thread (tests/gateway_support.py)."""
+    from tests.gateway_support import Running
+
+    running = Running(idle_timeout_s=1.0, max_request_bytes=65536)
+    yield running
+    running.stop()

@@ -3,93 +3,16 @@ kafka-python consumers forming a group through the embedded gateway."""
 
 from __future__ import annotations
 
-import asyncio
 import socket
 import struct
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from coordinator.config import CoordinatorConfig
 from coordinator.gateway import codec
-from coordinator.gateway.embedded import EmbeddedBackend
-from coordinator.gateway.server import Gateway
-
-TOPICS = {"t": 6, "other": 2}
-
-
-class Running:
-    """A gateway served by its own event loop in a thread, on an ephemeral port."""
-
-    def __init__(self, warehouse: str | None = None, **options: Any) -> None:
-        config = CoordinatorConfig(group_initial_rebalance_delay_ms=0)
-        self.gateway = Gateway(
-            EmbeddedBackend(config, warehouse), TOPICS, "127.0.0.1", 0, **options
-        )
-        self.loop = asyncio.new_event_loop()
-        self._ready = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-        assert self._ready.wait(30)
-
-    def _run(self) -> None:
-        asyncio.set_event_loop(self.loop)
-        self.loop.run_until_complete(self.gateway.start())
-        self._ready.set()
-        self.loop.run_forever()
-
-    @property
-    def port(self) -> int:
-        return self.gateway.port
-
-    def stop(self) -> None:
-        asyncio.run_coroutine_threadsafe(self.gateway.stop(), self.loop).result(30)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join(30)
-
-
-@pytest.fixture
-def gateway() -> Iterator[Running]:
-    running = Running(idle_timeout_s=1.0, max_request_bytes=65536)
-    yield running
-    running.stop()
-
-
-def _read_frame(sock: socket.socket) -> bytes | None:
-    def exactly(n: int) -> bytes | None:
-        data = b""
-        while len(data) < n:
-            chunk = sock.recv(n - len(data))
-            if not chunk:
-                return None
-            data += chunk
-        return data
-
-    prefix = exactly(4)
-    if prefix is None:
-        return None
-    return exactly(struct.unpack(">i", prefix)[0])
-
-
-def call(port: int, api_key: int, version: int, body: dict[str, Any]) -> Any:
-    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
-        sock.sendall(codec.encode_request(api_key, version, 7, body))
-        frame = _read_frame(sock)
-        assert frame is not None, "connection closed"
-        correlation_id, response = codec.decode_response(api_key, version, frame)
-        assert correlation_id == 7
-        return codec.plain(response)
-
-
-def closed(sock: socket.socket) -> bool:
-    try:
-        return sock.recv(1) == b""
-    except ConnectionResetError:
-        return True
-
+from tests.gateway_support import Running, call, closed, read_frame, until
 
 # --- the codec, through kio, at the lowest and highest version of each API -----------------------
 
@@ -206,7 +129,7 @@ def test_api_versions_above_range_gets_unsupported_version_in_v0(gateway: Runnin
     struct.pack_into(">h", frame, 6, 99)  # the header's api version
     with socket.create_connection(("127.0.0.1", gateway.port), timeout=10) as sock:
         sock.sendall(bytes(frame))
-        answer = _read_frame(sock)
+        answer = read_frame(sock)
     assert answer is not None
     correlation_id, response = codec.decode_response(codec.API_VERSIONS, 0, answer)
     assert correlation_id == 9
@@ -272,7 +195,7 @@ def test_bad_frames_close_only_that_connection(gateway: Running, payload: bytes)
         bystander.sendall(
             codec.encode_request(codec.API_VERSIONS, 3, 1, REQUESTS[codec.API_VERSIONS])
         )
-        assert _read_frame(bystander) is not None
+        assert read_frame(bystander) is not None
         bystander.close()
     _still_serving(gateway.port)
     assert gateway.gateway.backend.engine.group_ids() == []
@@ -300,7 +223,7 @@ def test_parked_join_does_not_block_other_connections(gateway: Running):
         rejoined = call(gateway.port, codec.JOIN_GROUP, 9, dict(join, member_id=member))
         assert rejoined["error_code"] == 0
         assert rejoined["generation_id"] == 1
-        frame = _read_frame(a)
+        frame = read_frame(a)
         assert frame is not None
 
 
@@ -352,15 +275,6 @@ class Member(threading.Thread):
             self.consumer.close()
 
 
-def _until(predicate: Any, seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return False
-
-
 @pytest.mark.slow
 def test_kafka_python_consumers_form_rebalance_and_commit(gateway: Running):
     members = [Member(gateway.port, "kp", f"kp-{i}") for i in range(3)]
@@ -372,17 +286,17 @@ def test_kafka_python_consumers_form_rebalance_and_commit(gateway: Running):
                 all(shares) and sum(map(len, shares)) == 6 and set().union(*shares) == set(range(6))
             )
 
-        assert _until(disjoint_cover, 30), [m.shares() for m in members]
+        assert until(disjoint_cover, 30), [m.shares() for m in members]
         for m in members:
             m.commit_wanted.set()
-        assert _until(lambda: all(m.committed is not None for m in members), 15)
+        assert until(lambda: all(m.committed is not None for m in members), 15)
         for m in members:
             assert m.committed == {p: 10 + p for p in m.committed or {}}
             assert m.committed
         leaving = members.pop()
         leaving.stopping.set()
         leaving.join(30)
-        assert _until(disjoint_cover, 30), [m.shares() for m in members]
+        assert until(disjoint_cover, 30), [m.shares() for m in members]
         assert all(m.error is None for m in members), [m.error for m in members]
         fetched = call(
             gateway.port,

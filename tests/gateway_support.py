@@ -1,0 +1,96 @@
+"""What the gateway tests share: a gateway served by its own event loop in a thread, raw
+request/response calls through the kio codec, and a polling wait."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import struct
+import threading
+import time
+from typing import Any
+
+from coordinator.config import CoordinatorConfig
+from coordinator.gateway import codec
+from coordinator.gateway.embedded import EmbeddedBackend
+from coordinator.gateway.server import Gateway
+
+TOPICS = {"t": 6, "other": 2}
+
+
+class Running:
+    """A gateway served by its own event loop in a thread, on an ephemeral port."""
+
+    def __init__(
+        self,
+        warehouse: str | None = None,
+        config: CoordinatorConfig | None = None,
+        topics: dict[str, int] | None = None,
+        **options: Any,
+    ) -> None:
+        config = config or CoordinatorConfig(group_initial_rebalance_delay_ms=0)
+        self.gateway = Gateway(
+            EmbeddedBackend(config, warehouse), topics or TOPICS, "127.0.0.1", 0, **options
+        )
+        self.loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        assert self._ready.wait(30)
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_until_complete(self.gateway.start())
+        self._ready.set()
+        self.loop.run_forever()
+
+    @property
+    def port(self) -> int:
+        return self.gateway.port
+
+    def stop(self) -> None:
+        asyncio.run_coroutine_threadsafe(self.gateway.stop(), self.loop).result(30)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(30)
+
+
+def read_frame(sock: socket.socket) -> bytes | None:
+    def exactly(n: int) -> bytes | None:
+        data = b""
+        while len(data) < n:
+            chunk = sock.recv(n - len(data))
+            if not chunk:
+                return None
+            data += chunk
+        return data
+
+    prefix = exactly(4)
+    if prefix is None:
+        return None
+    return exactly(struct.unpack(">i", prefix)[0])
+
+
+def call(port: int, api_key: int, version: int, body: dict[str, Any]) -> Any:
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(codec.encode_request(api_key, version, 7, body))
+        frame = read_frame(sock)
+        assert frame is not None, "connection closed"
+        correlation_id, response = codec.decode_response(api_key, version, frame)
+        assert correlation_id == 7
+        return codec.plain(response)
+
+
+def closed(sock: socket.socket) -> bool:
+    try:
+        return sock.recv(1) == b""
+    except ConnectionResetError:
+        return True
+
+
+def until(predicate: Any, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False
