@@ -18,6 +18,84 @@ from coordinator.gateway.server import Gateway
 TOPICS = {"t": 6, "other": 2}
 
 
+#: A valid request body per API (kio field names), for raw calls.
+REQUESTS: dict[int, dict[str, Any]] = {
+    codec.API_VERSIONS: {"client_software_name": "t", "client_software_version": "1"},
+    codec.METADATA: {
+        "topics": [{"name": "t", "topic_id": None}],
+        "allow_auto_topic_creation": False,
+        "include_topic_authorized_operations": False,
+    },
+    codec.FIND_COORDINATOR: {"key": "g", "key_type": 0, "coordinator_keys": ["g", "h"]},
+    codec.JOIN_GROUP: {
+        "group_id": "g",
+        "session_timeout": 10000,
+        "rebalance_timeout": 10000,
+        "member_id": "",
+        "protocol_type": "consumer",
+        "protocols": [{"name": "range", "metadata": b"\x00\x01"}],
+    },
+    codec.SYNC_GROUP: {"group_id": "g", "generation_id": 1, "member_id": "m", "assignments": []},
+    codec.HEARTBEAT: {"group_id": "g", "generation_id": 1, "member_id": "m"},
+    codec.LEAVE_GROUP: {
+        "group_id": "g",
+        "member_id": "m",
+        "members": [{"member_id": "m", "group_instance_id": None}],
+    },
+    codec.OFFSET_COMMIT: {
+        "group_id": "g",
+        "generation_id": -1,
+        "generation_id_or_member_epoch": -1,
+        "member_id": "",
+        "retention_time": -1,
+        "topics": [
+            {
+                "name": "t",
+                "partitions": [
+                    {"partition_index": 0, "committed_offset": 5, "committed_metadata": ""}
+                ],
+            }
+        ],
+    },
+    codec.OFFSET_FETCH: {
+        "group_id": "g",
+        "topics": [{"name": "t", "partition_indexes": [0]}],
+        "groups": [{"group_id": "g", "topics": [{"name": "t", "partition_indexes": [0]}]}],
+    },
+    codec.DESCRIBE_GROUPS: {"groups": ["g"], "include_authorized_operations": True},
+    codec.LIST_GROUPS: {},
+    codec.DELETE_GROUPS: {"groups_names": ["g"]},
+    codec.OFFSET_DELETE: {
+        "group_id": "g",
+        "topics": [{"name": "t", "partitions": [{"partition_index": 0}]}],
+    },
+    codec.LIST_OFFSETS: {
+        "replica_id": -1,
+        "isolation_level": 0,
+        "topics": [{"name": "t", "partitions": [{"partition_index": 0, "timestamp": -1}]}],
+    },
+    codec.FETCH: {
+        "replica_id": -1,
+        "max_wait": 10,
+        "min_bytes": 1,
+        "max_bytes": 1 << 20,
+        "isolation_level": 0,
+        "topics": [
+            {
+                "topic": "t",
+                "partitions": [{"partition": 0, "fetch_offset": 3, "partition_max_bytes": 1024}],
+            }
+        ],
+        "forgotten_topics_data": [],
+    },
+    codec.PRODUCE: {
+        "acks": -1,
+        "timeout": 1000,
+        "topic_data": [{"name": "t", "partition_data": [{"index": 0, "records": b""}]}],
+    },
+}
+
+
 class Running:
     """A gateway served by its own event loop in a thread, on an ephemeral port."""
 
@@ -26,12 +104,12 @@ class Running:
         warehouse: str | None = None,
         config: CoordinatorConfig | None = None,
         topics: dict[str, int] | None = None,
+        backend: Any = None,
         **options: Any,
     ) -> None:
         config = config or CoordinatorConfig(group_initial_rebalance_delay_ms=0)
-        self.gateway = Gateway(
-            EmbeddedBackend(config, warehouse), topics or TOPICS, "127.0.0.1", 0, **options
-        )
+        backend = backend or EmbeddedBackend(config, warehouse)
+        self.gateway = Gateway(backend, topics or TOPICS, "127.0.0.1", 0, **options)
         self.loop = asyncio.new_event_loop()
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)

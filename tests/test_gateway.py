@@ -12,85 +12,9 @@ from typing import Any
 import pytest
 
 from coordinator.gateway import codec
-from tests.gateway_support import Running, call, closed, read_frame, until
+from tests.gateway_support import REQUESTS, Running, call, closed, read_frame, until
 
 # --- the codec, through kio, at the lowest and highest version of each API -----------------------
-
-REQUESTS: dict[int, dict[str, Any]] = {
-    codec.API_VERSIONS: {"client_software_name": "t", "client_software_version": "1"},
-    codec.METADATA: {
-        "topics": [{"name": "t", "topic_id": None}],
-        "allow_auto_topic_creation": False,
-        "include_topic_authorized_operations": False,
-    },
-    codec.FIND_COORDINATOR: {"key": "g", "key_type": 0, "coordinator_keys": ["g", "h"]},
-    codec.JOIN_GROUP: {
-        "group_id": "g",
-        "session_timeout": 10000,
-        "rebalance_timeout": 10000,
-        "member_id": "",
-        "protocol_type": "consumer",
-        "protocols": [{"name": "range", "metadata": b"\x00\x01"}],
-    },
-    codec.SYNC_GROUP: {"group_id": "g", "generation_id": 1, "member_id": "m", "assignments": []},
-    codec.HEARTBEAT: {"group_id": "g", "generation_id": 1, "member_id": "m"},
-    codec.LEAVE_GROUP: {
-        "group_id": "g",
-        "member_id": "m",
-        "members": [{"member_id": "m", "group_instance_id": None}],
-    },
-    codec.OFFSET_COMMIT: {
-        "group_id": "g",
-        "generation_id": -1,
-        "generation_id_or_member_epoch": -1,
-        "member_id": "",
-        "retention_time": -1,
-        "topics": [
-            {
-                "name": "t",
-                "partitions": [
-                    {"partition_index": 0, "committed_offset": 5, "committed_metadata": ""}
-                ],
-            }
-        ],
-    },
-    codec.OFFSET_FETCH: {
-        "group_id": "g",
-        "topics": [{"name": "t", "partition_indexes": [0]}],
-        "groups": [{"group_id": "g", "topics": [{"name": "t", "partition_indexes": [0]}]}],
-    },
-    codec.DESCRIBE_GROUPS: {"groups": ["g"], "include_authorized_operations": True},
-    codec.LIST_GROUPS: {},
-    codec.DELETE_GROUPS: {"groups_names": ["g"]},
-    codec.OFFSET_DELETE: {
-        "group_id": "g",
-        "topics": [{"name": "t", "partitions": [{"partition_index": 0}]}],
-    },
-    codec.LIST_OFFSETS: {
-        "replica_id": -1,
-        "isolation_level": 0,
-        "topics": [{"name": "t", "partitions": [{"partition_index": 0, "timestamp": -1}]}],
-    },
-    codec.FETCH: {
-        "replica_id": -1,
-        "max_wait": 10,
-        "min_bytes": 1,
-        "max_bytes": 1 << 20,
-        "isolation_level": 0,
-        "topics": [
-            {
-                "topic": "t",
-                "partitions": [{"partition": 0, "fetch_offset": 3, "partition_max_bytes": 1024}],
-            }
-        ],
-        "forgotten_topics_data": [],
-    },
-    codec.PRODUCE: {
-        "acks": -1,
-        "timeout": 1000,
-        "topic_data": [{"name": "t", "partition_data": [{"index": 0, "records": b""}]}],
-    },
-}
 
 CASES = [
     (key, version)

@@ -42,9 +42,12 @@ class GatewayContext:
     node_id: int = 0
     cluster_id: str = "coordinator-gateway"
     _ids: Any = field(default_factory=lambda: itertools.count(1))
+    #: Request ids are unique across runs: the Spark job's responses table and the member ids
+    #: the engine derives from request ids outlive one gateway process.
+    _run: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
 
     def request_id(self) -> str:
-        return f"gw-{next(self._ids)}"
+        return f"gw-{self._run}-{next(self._ids)}"
 
     def topic_id(self, name: str) -> uuid.UUID:
         return uuid.uuid5(uuid.NAMESPACE_URL, f"coordinator-gateway/{name}")

@@ -1,4 +1,5 @@
-"""``coordinator gateway``: the Kafka wire-protocol gateway, embedded back end."""
+"""``coordinator gateway``: the Kafka wire-protocol gateway, with the engine embedded in this
+process (``--embedded``, the default) or in front of a running Spark job (``--warehouse``)."""
 
 from __future__ import annotations
 
@@ -19,17 +20,23 @@ def add_parser(subparsers: Any) -> None:
         "offsets through the coordinator engine.",
     )
     p.add_argument("--listen", default="127.0.0.1:9092", metavar="HOST:PORT")
-    p.add_argument(
+    backend = p.add_mutually_exclusive_group()
+    backend.add_argument(
         "--embedded",
         action="store_true",
-        help="run the engine in this process (the only back end so far; the default)",
+        help="run the engine in this process, on the wall clock (the default)",
+    )
+    backend.add_argument(
+        "--warehouse",
+        metavar="DIR",
+        help="forward to the Spark job running on DIR (coordinator run --warehouse DIR): requests "
+        "into its inbox, answers from its responses table",
     )
     p.add_argument(
         "--log-warehouse",
         metavar="DIR",
         help="embedded: write the log to DIR's consumer_offsets Delta table and rebuild from it "
-        "on start (without it, groups live in memory only). --warehouse is kept for the back "
-        "end that forwards to a running Spark job (not built yet)",
+        "on start (without it, groups live in memory only)",
     )
     p.add_argument(
         "--topic",
@@ -47,6 +54,13 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--conf", action="append", metavar="FILE", help="coordinator properties")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="a coordinator setting")
     p.add_argument("--max-request-bytes", type=int, default=1_048_576)
+    p.add_argument(
+        "--request-timeout-ms",
+        type=int,
+        default=30_000,
+        help="--warehouse: answer COORDINATOR_NOT_AVAILABLE when the job has not answered in "
+        "this time (a JoinGroup: its rebalance timeout + 5 s)",
+    )
     p.set_defaults(run=run)
 
 
@@ -65,7 +79,9 @@ def parse_topics(items: list[str]) -> dict[str, int]:
 
 def run(args: argparse.Namespace) -> int:
     from coordinator.cli.settings import load_config, read_properties
+    from coordinator.gateway.backend import Backend
     from coordinator.gateway.embedded import EmbeddedBackend
+    from coordinator.gateway.forwarding import JobBackend
     from coordinator.gateway.server import Gateway
     from coordinator.gateway.server import run as serve
 
@@ -79,8 +95,15 @@ def run(args: argparse.Namespace) -> int:
     topics.update(parse_topics(args.topic))
     config = load_config(args.conf, args.set)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    backend = EmbeddedBackend(config, args.log_warehouse)
+    backend: Backend
+    if args.warehouse:
+        if args.log_warehouse:
+            raise ValueError("--log-warehouse is for --embedded: the job writes its own log")
+        backend = JobBackend(args.warehouse, config, request_timeout_ms=args.request_timeout_ms)
+    else:
+        backend = EmbeddedBackend(config, args.log_warehouse)
     gateway = Gateway(backend, topics, host, int(port), max_request_bytes=args.max_request_bytes)
-    print(f"coordinator gateway on {host}:{port}, topics {topics}", flush=True)
+    where = f"the job on {args.warehouse}" if args.warehouse else "the embedded engine"
+    print(f"coordinator gateway on {host}:{port} ({where}), topics {topics}", flush=True)
     asyncio.run(serve(gateway))
     return 0

@@ -11,6 +11,14 @@ writer, under its own application id) before the answers of that call are releas
 is acknowledged only once the log holds it, as Kafka does. Calls arriving while a write is under
 way are batched into the next write. On start the engine is rebuilt from that table
 (``GroupCoordinator.from_records``, Kafka's load on failover).
+
+A write that fails leaves the engine ahead of its log. The log is the truth, so the engine is
+rebuilt from it, as a Kafka coordinator that loses its ``__consumer_offsets`` partition unloads
+its groups and the next one loads them: every request waiting (the failed write's, the ones
+queued behind it, parked joins and syncs) is answered COORDINATOR_NOT_AVAILABLE, which sends
+Kafka clients to find the coordinator again and retry; requests arriving during the reload get
+COORDINATOR_LOAD_IN_PROGRESS. Nothing unwritten is ever acknowledged, and nothing acknowledged is
+lost: what the engine holds afterwards is exactly what the log holds.
 """
 
 from __future__ import annotations
@@ -24,12 +32,15 @@ from typing import Any
 
 from coordinator.config import CoordinatorConfig
 from coordinator.engine import CoordinatorNode, GroupCoordinator
+from coordinator.errors import Error
+from coordinator.gateway.backend import cannot_serve
 
 log = logging.getLogger(__name__)
 
 #: The application id of the gateway's commits to the Delta tables.
 APP_ID = "coordinator-gateway"
-COORDINATOR_NOT_AVAILABLE = 15
+#: How long to wait before reading the log again when a reload failed.
+RELOAD_RETRY_S = 1.0
 
 
 def wall_ms() -> int:
@@ -47,7 +58,9 @@ class EmbeddedBackend:
         self.warehouse = None if warehouse is None else Path(warehouse)
         self.flush_interval_ms = flush_interval_ms
         self.engine = GroupCoordinator(self.config)
-        self._waiting: dict[str, asyncio.Future[dict[str, Any]]] = {}
+        self._waiting: dict[str, tuple[dict[str, Any], asyncio.Future[dict[str, Any]]]] = {}
+        self._node: CoordinatorNode | None = None
+        self._loading = False
         self._wake = asyncio.Event()
         self._pending_records: list[dict[str, Any]] = []
         self._pending_answers: list[dict[str, Any]] = []
@@ -58,8 +71,10 @@ class EmbeddedBackend:
         self._batch_id = 0
         self.records_written = 0
         self.batches_written = 0
+        self.reloads = 0
 
     async def start(self, node: CoordinatorNode) -> None:
+        self._node = node
         if self.warehouse is not None:
             records = await asyncio.to_thread(self._open_log)
             self.engine = GroupCoordinator.from_records(records, self.config, wall_ms(), node=node)
@@ -98,8 +113,11 @@ class EmbeddedBackend:
             await asyncio.gather(writer, return_exceptions=True)
 
     async def submit(self, request: dict[str, Any]) -> dict[str, Any]:
+        if self._loading:
+            message = "the coordinator is reloading its log"
+            return cannot_serve(request, message, Error.COORDINATOR_LOAD_IN_PROGRESS)
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-        self._waiting[str(request["request_id"])] = future
+        self._waiting[str(request["request_id"])] = (request, future)
         self._emit(self.engine.handle(request, wall_ms()))
         self._wake.set()  # the next deadline may have moved
         try:
@@ -109,6 +127,8 @@ class EmbeddedBackend:
 
     def _emit(self, answers: list[dict[str, Any]]) -> None:
         records = self.engine.drain_records()
+        if self._loading:
+            return  # the engine is being replaced; every waiting request has been answered
         if self._sink is not None and (records or self._pending_records):
             # Held until the records are in the log (and after any earlier held answers).
             self._pending_records.extend(records)
@@ -119,9 +139,9 @@ class EmbeddedBackend:
 
     def _resolve(self, answers: list[dict[str, Any]]) -> None:
         for answer in answers:
-            future = self._waiting.get(str(answer["request_id"]))
-            if future is not None and not future.done():
-                future.set_result(answer)
+            waiting = self._waiting.get(str(answer["request_id"]))
+            if waiting is not None and not waiting[1].done():
+                waiting[1].set_result(answer)
 
     async def _scheduler(self) -> None:
         while True:
@@ -147,9 +167,33 @@ class EmbeddedBackend:
             try:
                 await asyncio.to_thread(self._write, records)
             except Exception as exc:  # not acknowledged: the client retries
-                log.exception("writing %d log records failed", len(records))
-                answers = [_not_written(a, exc) for a in answers]
+                log.exception("writing %d log records failed; reloading from the log", len(records))
+                await self._reload(f"the log write failed: {exc}")
+                return
         self._resolve(answers)
+
+    async def _reload(self, why: str) -> None:
+        """Rebuild the engine from the log after a failed write (see the module doc)."""
+        self._loading = True
+        self.reloads += 1
+        self._pending_records, self._pending_answers = [], []
+        for request, future in list(self._waiting.values()):
+            if not future.done():
+                future.set_result(cannot_serve(request, why))
+        while True:
+            try:
+                records = await asyncio.to_thread(self._open_log)
+                break
+            except Exception:
+                if self._closing:
+                    return
+                log.exception("reading the log failed; trying again in %.1f s", RELOAD_RETRY_S)
+                await asyncio.sleep(RELOAD_RETRY_S)
+        self.engine = GroupCoordinator.from_records(
+            records, self.config, wall_ms(), node=self._node
+        )
+        self._loading = False
+        self._wake.set()
 
     def _write(self, records: list[dict[str, Any]]) -> None:
         now = wall_ms()
@@ -166,12 +210,3 @@ class EmbeddedBackend:
         self._batch_id += 1
         self.records_written += len(records)
         self.batches_written += 1
-
-
-def _not_written(answer: dict[str, Any], exc: Exception) -> dict[str, Any]:
-    """An answer whose records did not reach the log: COORDINATOR_NOT_AVAILABLE, as Kafka
-    answers when the append to ``__consumer_offsets`` fails."""
-    failed = dict(answer, error_code=COORDINATOR_NOT_AVAILABLE, error="COORDINATOR_NOT_AVAILABLE")
-    for p in failed.get("partitions") or []:
-        p["error_code"] = COORDINATOR_NOT_AVAILABLE
-    return failed

@@ -21,8 +21,8 @@ from typing import Any
 
 from coordinator.engine import CoordinatorNode
 from coordinator.gateway import apis, codec
+from coordinator.gateway.backend import Backend
 from coordinator.gateway.codec import FrameError
-from coordinator.gateway.embedded import EmbeddedBackend
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +36,7 @@ DEFAULT_IDLE_TIMEOUT_S = 600.0
 class Gateway:
     def __init__(
         self,
-        backend: EmbeddedBackend,
+        backend: Backend,
         topics: dict[str, int],
         host: str = "127.0.0.1",
         port: int = 9092,

@@ -1,0 +1,325 @@
+"""The gateway's back ends (issue 10): the embedded engine when its log write fails, and the
+Spark-job back end (requests into the job's inbox, answers from its ``responses`` table), first
+with the job's micro-batch run without Spark (:class:`LocalJob`), then through the real job."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from coordinator.gateway import codec
+from coordinator.gateway.forwarding import JobBackend
+from tests.gateway_support import REQUESTS, Running, call, until
+
+COORDINATOR_NOT_AVAILABLE = 15
+COORDINATOR_LOAD_IN_PROGRESS = 14
+
+
+def commit(port: int, group: str, offset: int, **fields: Any) -> int:
+    body = dict(REQUESTS[codec.OFFSET_COMMIT], group_id=group, **fields)
+    body["topics"] = [
+        {
+            "name": "t",
+            "partitions": [
+                {"partition_index": 0, "committed_offset": offset, "committed_metadata": ""}
+            ],
+        }
+    ]
+    answer = call(port, codec.OFFSET_COMMIT, 9, body)
+    return int(answer["topics"][0]["partitions"][0]["error_code"])
+
+
+def committed(port: int, group: str) -> int:
+    body = dict(REQUESTS[codec.OFFSET_FETCH], group_id=group)
+    answer = call(port, codec.OFFSET_FETCH, 7, body)
+    return int(answer["topics"][0]["partitions"][0]["committed_offset"])
+
+
+def form_one_member_group(port: int, group: str) -> tuple[str, int]:
+    """JoinGroup (MEMBER_ID_REQUIRED, then again with the id) and the leader's SyncGroup: a
+    Stable group of one, whose GroupMetadata record is in the log. Returns (member, generation)."""
+    join = dict(REQUESTS[codec.JOIN_GROUP], group_id=group)
+    first = call(port, codec.JOIN_GROUP, 9, join)
+    assert first["error_code"] == 79  # MEMBER_ID_REQUIRED
+    joined = call(port, codec.JOIN_GROUP, 9, dict(join, member_id=first["member_id"]))
+    assert joined["error_code"] == 0, joined
+    member, generation = joined["member_id"], joined["generation_id"]
+    sync = {
+        "group_id": group,
+        "generation_id": generation,
+        "member_id": member,
+        "protocol_type": "consumer",
+        "protocol_name": "range",
+        "assignments": [{"member_id": member, "assignment": b"\x00\x01"}],
+    }
+    synced = call(port, codec.SYNC_GROUP, 5, sync)
+    assert synced["error_code"] == 0, synced
+    return member, generation
+
+
+def heartbeat(port: int, group: str, member: str, generation: int) -> int:
+    body = {"group_id": group, "generation_id": generation, "member_id": member}
+    return int(call(port, codec.HEARTBEAT, 4, body)["error_code"])
+
+
+# --- the embedded engine when the log cannot be written ----------------------------------------
+
+
+def test_failed_log_write_is_not_acknowledged_and_the_engine_reloads_the_log(tmp_path: Path):
+    """Kafka acknowledges nothing it could not append, and loses nothing it acknowledged: the
+    commit whose write failed is refused (COORDINATOR_NOT_AVAILABLE) and is not served by a
+    later OffsetFetch; what the log holds (an earlier commit, a Stable group and its member)
+    carries on after the engine is rebuilt from it."""
+    running = Running(str(tmp_path / "wh"))
+    try:
+        port, backend = running.port, running.gateway.backend
+        assert commit(port, "g", 5) == 0
+        member, generation = form_one_member_group(port, "live")
+        sink = backend._sink
+        real_write = sink.write_batch
+        calls = {"n": 0}
+
+        def fails_once(*args: Any, **kwargs: Any) -> Any:
+            calls["n"] += 1
+            if calls["n"] == 1:
+                raise OSError("disk full")
+            return real_write(*args, **kwargs)
+
+        sink.write_batch = fails_once
+        assert commit(port, "g", 6) == COORDINATOR_NOT_AVAILABLE
+        assert until(lambda: not backend._loading, 10)
+        assert backend.reloads == 1
+        assert committed(port, "g") == 5  # the refused commit was never applied
+        assert heartbeat(port, "live", member, generation) == 0  # the group came back from the log
+        assert commit(port, "g", 7) == 0
+        assert committed(port, "g") == 7
+    finally:
+        running.stop()
+    again = Running(str(tmp_path / "wh"))  # and the log agrees
+    try:
+        assert committed(again.port, "g") == 7
+    finally:
+        again.stop()
+
+
+def test_parked_join_is_answered_when_the_log_write_fails(tmp_path: Path):
+    """A join parked in the engine when the engine is replaced is not left hanging: it gets
+    COORDINATOR_NOT_AVAILABLE and the client looks for the coordinator again."""
+    running = Running(str(tmp_path / "wh"))
+    try:
+        port, backend = running.port, running.gateway.backend
+        member, _ = form_one_member_group(port, "live")
+        answers: list[dict[str, Any]] = []
+        join = dict(REQUESTS[codec.JOIN_GROUP], group_id="live", member_id=member)
+        parked = threading.Thread(
+            target=lambda: answers.append(call(port, codec.JOIN_GROUP, 9, join)), daemon=True
+        )
+        # The member rejoins (a rebalance), then a second one asks in: the first join is parked
+        # until the second member's join arrives or the rebalance times out.
+        second = dict(REQUESTS[codec.JOIN_GROUP], group_id="live")
+        other = call(port, codec.JOIN_GROUP, 9, second)
+        assert other["error_code"] == 79
+        parked.start()
+        time.sleep(0.3)
+        assert not answers  # still parked
+        backend._sink.write_batch = _raise
+        assert commit(port, "g", 1) == COORDINATOR_NOT_AVAILABLE
+        parked.join(10)
+        assert answers and answers[0]["error_code"] == COORDINATOR_NOT_AVAILABLE
+    finally:
+        running.stop()
+
+
+def _raise(*args: Any, **kwargs: Any) -> Any:
+    raise OSError("disk full")
+
+
+# --- the Spark-job back end, with the job's batch run without Spark ------------------------------
+
+
+class LocalJobLoop:
+    """The job's micro-batch (:class:`LocalJob`) on a warehouse, every ``trigger_ms`` of the wall
+    clock, in a thread: the inbox in, the tables out, timers fired, as the Spark job does."""
+
+    def __init__(self, warehouse: Path, trigger_ms: int = 50) -> None:
+        from coordinator.stream.local import LocalJob
+        from tests.stream_support import job_settings
+
+        self.job = LocalJob(job_settings(warehouse))
+        self.trigger_ms = trigger_ms
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self.job.poll_inbox(time.time_ns() // 1_000_000)
+            self._stop.wait(self.trigger_ms / 1000)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(30)
+
+
+def test_job_backend_forwards_group_apis_to_the_job(tmp_path: Path):
+    warehouse = tmp_path / "wh"
+    loop = LocalJobLoop(warehouse)
+    running = Running(backend=JobBackend(warehouse, poll_interval_ms=20))
+    try:
+        port = running.port
+        found = call(port, codec.FIND_COORDINATOR, 3, {"key": "g", "key_type": 0})
+        assert (found["error_code"], found["port"]) == (0, port)  # the gateway, not the job
+        member, generation = form_one_member_group(port, "g")
+        assert heartbeat(port, "g", member, generation) == 0
+        assert heartbeat(port, "g", member, generation + 1) == 22  # ILLEGAL_GENERATION
+        assert (
+            commit(port, "g", 42, generation_id_or_member_epoch=generation, member_id=member) == 0
+        )
+        assert committed(port, "g") == 42
+        described = call(port, codec.DESCRIBE_GROUPS, 5, REQUESTS[codec.DESCRIBE_GROUPS])["groups"][
+            0
+        ]
+        assert (described["group_state"], len(described["members"])) == ("Stable", 1)
+        from deltalake import DeltaTable
+
+        log = DeltaTable(str(warehouse / "tables" / "consumer_offsets")).to_pyarrow_table()
+        assert 42 in log.column("committed_offset").to_pylist()  # the job wrote it
+        assert running.gateway.backend.files_written >= 1
+    finally:
+        running.stop()
+        loop.stop()
+
+
+def test_job_backend_answers_coordinator_not_available_when_the_job_is_silent(tmp_path: Path):
+    """No job runs on the warehouse: the request waits in the inbox, and the client is told
+    COORDINATOR_NOT_AVAILABLE after ``request_timeout_ms`` rather than left waiting."""
+    warehouse = tmp_path / "wh"
+    running = Running(backend=JobBackend(warehouse, request_timeout_ms=300))
+    try:
+        started = time.monotonic()
+        assert commit(running.port, "g", 1) == COORDINATOR_NOT_AVAILABLE
+        assert 0.25 < time.monotonic() - started < 5
+        assert running.gateway.backend.timed_out == 1
+        assert list((warehouse / "inbox").iterdir())  # the request is in the job's inbox
+    finally:
+        running.stop()
+
+
+class Consumer(threading.Thread):
+    """A kafka-python KafkaConsumer polling in its own thread, as an application runs it."""
+
+    def __init__(self, port: int, group: str, name: str, **settings: Any) -> None:
+        super().__init__(daemon=True, name=name)
+        from kafka import KafkaConsumer
+
+        self.consumer = KafkaConsumer(
+            "t",
+            bootstrap_servers=f"127.0.0.1:{port}",
+            group_id=group,
+            client_id=name,
+            enable_auto_commit=False,
+            **settings,
+        )
+        self.commit_to: int | None = None
+        self.committed: dict[int, int | None] | None = None
+        self.stopping = threading.Event()
+        self.error: BaseException | None = None
+        self.start()
+
+    def shares(self) -> set[int]:
+        return {tp.partition for tp in self.consumer.assignment()}
+
+    def run(self) -> None:
+        from kafka.structs import OffsetAndMetadata
+
+        try:
+            while not self.stopping.is_set():
+                self.consumer.poll(timeout_ms=200)
+                if self.commit_to is not None:
+                    mine = self.consumer.assignment()
+                    offsets = {tp: OffsetAndMetadata(self.commit_to, "", -1) for tp in mine}
+                    self.consumer.commit(offsets)
+                    self.committed = {tp.partition: self.consumer.committed(tp) for tp in mine}
+                    self.commit_to = None
+        except BaseException as exc:
+            self.error = exc
+        finally:
+            self.consumer.close()
+
+
+def _disjoint_cover(consumers: list[Consumer], partitions: int) -> bool:
+    shares = [c.shares() for c in consumers]
+    return (
+        all(shares)
+        and sum(map(len, shares)) == partitions
+        and set().union(*shares) == set(range(partitions))
+    )
+
+
+def _consumers_form_rebalance_and_commit(port: int, group: str, wait_s: float, **settings: Any):
+    consumers = [Consumer(port, group, f"{group}-{i}", **settings) for i in range(3)]
+    try:
+        assert until(lambda: _disjoint_cover(consumers, 6), wait_s), [c.shares() for c in consumers]
+        for c in consumers:
+            c.commit_to = 100
+        assert until(lambda: all(c.committed is not None for c in consumers), wait_s)
+        for c in consumers:
+            assert c.committed and set(c.committed.values()) == {100}
+        leaving = consumers.pop()
+        leaving.stopping.set()
+        leaving.join(wait_s)
+        assert until(lambda: _disjoint_cover(consumers, 6), wait_s), [c.shares() for c in consumers]
+        assert all(c.error is None for c in consumers), [c.error for c in consumers]
+    finally:
+        for c in consumers:
+            c.stopping.set()
+        for c in consumers:
+            c.join(30)
+
+
+@pytest.mark.slow
+def test_kafka_python_consumers_through_the_job_backend(tmp_path: Path):
+    """Real consumers form, rebalance and commit through the gateway with the job's batch (no
+    Spark) behind it: every answer takes a micro-batch."""
+    warehouse = tmp_path / "wh"
+    loop = LocalJobLoop(warehouse, trigger_ms=100)
+    running = Running(backend=JobBackend(warehouse))
+    try:
+        _consumers_form_rebalance_and_commit(
+            running.port, "kp-job", 60, session_timeout_ms=10_000, heartbeat_interval_ms=1_000
+        )
+    finally:
+        running.stop()
+        loop.stop()
+
+
+@pytest.mark.slow
+def test_kafka_python_consumers_through_the_spark_job(spark: Any, tmp_path: Path):
+    """End to end: kafka-python consumers -> the gateway -> the Spark job's inbox ->
+    applyInPandasWithState -> Delta -> the gateway -> the consumers. Session timeouts are a few
+    micro-batches long (README: Kafka clients with the Spark back end)."""
+    from tests.stream_support import RunningCoordinator
+
+    warehouse = tmp_path / "wh"
+    job = RunningCoordinator(spark, warehouse).start()
+    running = Running(backend=JobBackend(warehouse))
+    try:
+        _consumers_form_rebalance_and_commit(
+            running.port, "kp-spark", 120, session_timeout_ms=30_000, heartbeat_interval_ms=2_000
+        )
+        from deltalake import DeltaTable
+
+        log = DeltaTable(str(warehouse / "tables" / "consumer_offsets")).to_pyarrow_table()
+        commits = [
+            (r["group_id"], r["partition"], r["committed_offset"])
+            for r in log.to_pylist()
+            if r["record_type"] == "offset_commit"
+        ]
+        assert sorted(commits) == [("kp-spark", p, 100) for p in range(6)]
+    finally:
+        running.stop()
+        job.stop()
