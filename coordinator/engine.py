@@ -81,6 +81,8 @@ class GroupCoordinator:
         self._timer_heap: list[tuple[int, int, str]] = []
         self._registered: dict[str, tuple[int, int]] = {}
         self._records: list[dict[str, Any]] = []
+        #: Groups stepped (by a request or a timer) since the last ``drain_touched``.
+        self._touched: set[str] = set()
         self._next_offset: dict[int, int] = {}
         #: Internal errors caught so that no request can crash the engine (must stay empty).
         self.internal_errors: list[str] = []
@@ -112,6 +114,13 @@ class GroupCoordinator:
     def drain_records(self) -> list[dict[str, Any]]:
         records, self._records = self._records, []
         return records
+
+    def drain_touched(self) -> set[str]:
+        """The ids of the groups a request or a timer stepped since the last drain: the groups
+        whose state may have changed, which an adapter summarises again (as the Spark job
+        writes one summary per group stepped in a batch). At most one entry per group."""
+        touched, self._touched = self._touched, set()
+        return touched
 
     @classmethod
     def from_records(
@@ -312,6 +321,7 @@ class GroupCoordinator:
     def _commit(self, ctx: GroupContext) -> None:
         """Keep what a step did: the group's new state, its next timer, its numbered records."""
         group_id = ctx.group_id
+        self._touched.add(group_id)
         if ctx.group is None:
             self._groups.pop(group_id, None)
             self._registered.pop(group_id, None)

@@ -323,3 +323,45 @@ def test_kafka_python_consumers_through_the_spark_job(spark: Any, tmp_path: Path
     finally:
         running.stop()
         job.stop()
+
+
+def test_operator_tools_read_the_embedded_gateways_warehouse(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    """The gateway writes group summaries as the job does: ``coordinator groups`` describes a
+    group formed through it, its offsets, and its end once the gateway deletes it."""
+    from coordinator.cli import main
+    from coordinator.config import CoordinatorConfig
+    from coordinator.gateway.embedded import EmbeddedBackend
+
+    warehouse = tmp_path / "wh"
+    config = CoordinatorConfig(group_initial_rebalance_delay_ms=0)
+    running = Running(backend=EmbeddedBackend(config, warehouse, summary_interval_ms=50))
+    try:
+        member, generation = form_one_member_group(running.port, "live")
+        assert (
+            commit(
+                running.port, "live", 9, generation_id_or_member_epoch=generation, member_id=member
+            )
+            == 0
+        )
+        assert commit(running.port, "gone", 3) == 0
+        deleted = call(running.port, codec.DELETE_GROUPS, 2, {"groups_names": ["gone"]})
+        assert deleted["results"][0]["error_code"] == 0
+    finally:
+        running.stop()  # flushes what is pending
+
+    def groups(*args: str) -> tuple[int, str]:
+        capsys.readouterr()
+        code = main(["groups", "--warehouse", str(warehouse), *args])
+        return code, capsys.readouterr().out
+
+    code, out = groups("--list")
+    assert (code, out.split()) == (0, ["live"])
+    code, out = groups("--describe", "--group", "live", "--state")
+    assert code == 0 and "Stable" in out and "range" in out, out
+    code, out = groups("--describe", "--group", "live", "--members")
+    assert code == 0 and member in out, out
+    code, out = groups("--describe", "--group", "live", "--offsets")
+    rows = [line.split() for line in out.strip().splitlines()]
+    assert rows[1][:4] == ["live", "t", "0", "9"], out

@@ -57,7 +57,7 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument(
         "--request-timeout-ms",
         type=int,
-        default=30_000,
+        default=25_000,
         help="--warehouse: answer COORDINATOR_NOT_AVAILABLE when the job has not answered in "
         "this time (a JoinGroup: its rebalance timeout + 5 s)",
     )

@@ -12,6 +12,13 @@ is acknowledged only once the log holds it, as Kafka does. Calls arriving while 
 way are batched into the next write. On start the engine is rebuilt from that table
 (``GroupCoordinator.from_records``, Kafka's load on failover).
 
+The groups' summaries go to ``group_state`` and ``group_history`` as the job writes them (one
+row per group whose state changed, :func:`coordinator.stream.operator.group_summary`), so the
+operator tools (``coordinator groups``, the notebook) read a gateway's warehouse as they read the
+job's. They ride along with the next log write, or, when no record is due, go in a write of
+their own at most once per ``summary_interval_ms``: ``group_state`` trails the engine by at most
+that much, and a heartbeat costs no write.
+
 A write that fails leaves the engine ahead of its log. The log is the truth, so the engine is
 rebuilt from it, as a Kafka coordinator that loses its ``__consumer_offsets`` partition unloads
 its groups and the next one loads them: every request waiting (the failed write's, the ones
@@ -41,6 +48,10 @@ log = logging.getLogger(__name__)
 APP_ID = "coordinator-gateway"
 #: How long to wait before reading the log again when a reload failed.
 RELOAD_RETRY_S = 1.0
+#: Changed group summaries with no log record to ride along: one write at most this often.
+SUMMARY_INTERVAL_MS = 1000.0
+#: A group_state row written by an earlier run, not yet compared with the engine's group.
+_UNKNOWN: dict[str, Any] = {}
 
 
 def wall_ms() -> int:
@@ -53,10 +64,12 @@ class EmbeddedBackend:
         config: CoordinatorConfig | None = None,
         warehouse: str | Path | None = None,
         flush_interval_ms: float = 2.0,
+        summary_interval_ms: float = SUMMARY_INTERVAL_MS,
     ) -> None:
         self.config = config or CoordinatorConfig()
         self.warehouse = None if warehouse is None else Path(warehouse)
         self.flush_interval_ms = flush_interval_ms
+        self.summary_interval_ms = summary_interval_ms
         self.engine = GroupCoordinator(self.config)
         self._waiting: dict[str, tuple[dict[str, Any], asyncio.Future[dict[str, Any]]]] = {}
         self._node: CoordinatorNode | None = None
@@ -64,6 +77,10 @@ class EmbeddedBackend:
         self._wake = asyncio.Event()
         self._pending_records: list[dict[str, Any]] = []
         self._pending_answers: list[dict[str, Any]] = []
+        #: Groups stepped since their summary was last compared, and the summaries written.
+        self._dirty: set[str] = set()
+        self._summaries: dict[str, dict[str, Any]] = {}
+        self._last_write = 0.0  # time.monotonic()
         self._flush = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._closing = False
@@ -78,6 +95,7 @@ class EmbeddedBackend:
         if self.warehouse is not None:
             records = await asyncio.to_thread(self._open_log)
             self.engine = GroupCoordinator.from_records(records, self.config, wall_ms(), node=node)
+            self._dirty = set(self._summaries) | set(self.engine.group_ids())
         else:
             self.engine = GroupCoordinator(self.config, node=node)
         self._tasks = [
@@ -86,8 +104,10 @@ class EmbeddedBackend:
         ]
 
     def _open_log(self) -> list[dict[str, Any]]:
+        from deltalake import DeltaTable
+
         from coordinator.stream.rebuild import read_log
-        from coordinator.stream.schema import Warehouse
+        from coordinator.stream.schema import GROUP_STATE, Warehouse
         from coordinator.stream.sink import DeltaSink
 
         assert self.warehouse is not None
@@ -95,6 +115,10 @@ class EmbeddedBackend:
         tables.mkdir(parents=True, exist_ok=True)
         rows: list[dict[str, Any]] = read_log(tables).to_pylist()
         self._sink = DeltaSink(tables, APP_ID)
+        state = tables / GROUP_STATE
+        if DeltaTable.is_deltatable(str(state)):
+            ids = DeltaTable(str(state)).to_pyarrow_table(columns=["group_id"]).column(0)
+            self._summaries = dict.fromkeys(ids.to_pylist(), _UNKNOWN)
         last = self._sink.last_batch()
         self._batch_id = 0 if last is None else last + 1
         return rows
@@ -127,8 +151,12 @@ class EmbeddedBackend:
 
     def _emit(self, answers: list[dict[str, Any]]) -> None:
         records = self.engine.drain_records()
+        touched = self.engine.drain_touched()
         if self._loading:
             return  # the engine is being replaced; every waiting request has been answered
+        if self._sink is not None and touched - self._dirty:
+            self._dirty |= touched
+            self._flush.set()  # a summary to compare, at the writer's leisure
         if self._sink is not None and (records or self._pending_records):
             # Held until the records are in the log (and after any earlier held answers).
             self._pending_records.extend(records)
@@ -155,21 +183,51 @@ class EmbeddedBackend:
     async def _writer(self) -> None:
         while not self._closing:
             await self._flush.wait()
-            if not self._closing:
+            self._flush.clear()
+            if not self._pending_records and not self._closing:
+                # Summaries only: wait out the interval, unless records come meanwhile.
+                pause = self.summary_interval_ms / 1000 - (time.monotonic() - self._last_write)
+                if pause > 0:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._flush.wait(), pause)
+            if self._pending_records and not self._closing:
                 await asyncio.sleep(self.flush_interval_ms / 1000)  # gather what comes together
             self._flush.clear()
             await self._write_pending()
 
+    def _changed_summaries(self) -> list[dict[str, Any]]:
+        """The summaries of the dirty groups that differ from what was written (a group gone
+        since: Dead, which deletes its row); the dirty set is emptied."""
+        from coordinator.stream.operator import group_summary
+
+        dirty, self._dirty = self._dirty, set()
+        changed = []
+        for group_id in sorted(dirty):
+            group = self.engine.group(group_id)
+            if group is None and group_id not in self._summaries:
+                continue
+            summary = group_summary(group_id, group, self.engine.partition_for(group_id))
+            if summary != self._summaries.get(group_id):
+                changed.append(summary)
+        return changed
+
     async def _write_pending(self) -> None:
         records, self._pending_records = self._pending_records, []
         answers, self._pending_answers = self._pending_answers, []
-        if records:
+        groups = self._changed_summaries() if self._sink is not None else []
+        if records or groups:
             try:
-                await asyncio.to_thread(self._write, records)
+                await asyncio.to_thread(self._write, records, groups)
             except Exception as exc:  # not acknowledged: the client retries
                 log.exception("writing %d log records failed; reloading from the log", len(records))
                 await self._reload(f"the log write failed: {exc}")
                 return
+            self._last_write = time.monotonic()
+            for summary in groups:
+                if summary["state"] == "Dead":
+                    self._summaries.pop(summary["group_id"], None)
+                else:
+                    self._summaries[summary["group_id"]] = summary
         self._resolve(answers)
 
     async def _reload(self, why: str) -> None:
@@ -192,16 +250,17 @@ class EmbeddedBackend:
         self.engine = GroupCoordinator.from_records(
             records, self.config, wall_ms(), node=self._node
         )
+        self._dirty = set(self._summaries) | set(self.engine.group_ids())
         self._loading = False
         self._wake.set()
 
-    def _write(self, records: list[dict[str, Any]]) -> None:
+    def _write(self, records: list[dict[str, Any]], groups: list[dict[str, Any]]) -> None:
         now = wall_ms()
         self._sink.write_batch(
             self._batch_id,
             records=records,
             responses=[],
-            groups=[],
+            groups=groups,
             rejected=[],
             list_groups=[],
             emitted_at_ms=now,

@@ -44,6 +44,10 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
+#: Below the clients' own request timeouts (30 s in kafka-python, 40 s in aiokafka, 60 s in
+#: librdkafka), so that a client hears COORDINATOR_NOT_AVAILABLE and looks the coordinator up
+#: again rather than timing out and closing its connection.
+DEFAULT_REQUEST_TIMEOUT_MS = 25_000
 #: Kafka's JOIN_GROUP_TIMEOUT_LAPSE: a JoinGroup may be parked for its whole rebalance timeout.
 JOIN_GROUP_TIMEOUT_LAPSE_MS = 5_000
 
@@ -65,7 +69,7 @@ class JobBackend:
         *,
         flush_interval_ms: float = 10.0,
         poll_interval_ms: float = 50.0,
-        request_timeout_ms: int = 30_000,
+        request_timeout_ms: int = DEFAULT_REQUEST_TIMEOUT_MS,
     ) -> None:
         self.warehouse = Path(warehouse)
         self.config = config or CoordinatorConfig()
