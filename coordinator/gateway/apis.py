@@ -18,6 +18,7 @@ from typing import Any
 
 from coordinator.gateway import codec
 from coordinator.gateway.codec import DecodedRequest
+from coordinator.gateway.log_topic import LOG_TOPIC, LogTopic
 
 INT32_MIN = -(2**31)
 UNKNOWN_TOPIC_OR_PARTITION = 3
@@ -41,6 +42,8 @@ class GatewayContext:
     port: int
     node_id: int = 0
     cluster_id: str = "coordinator-gateway"
+    #: ``__consumer_offsets``, served from the log (None: not served).
+    log_topic: LogTopic | None = None
     _ids: Any = field(default_factory=lambda: itertools.count(1))
     #: Request ids are unique across runs: the Spark job's responses table and the member ids
     #: the engine derives from request ids outlive one gateway process.
@@ -97,17 +100,19 @@ async def metadata(ctx: GatewayContext, v: int, body: dict[str, Any], *_: str) -
     wanted = body.get("topics")
     if wanted is None or (v == 0 and not wanted):
         names = sorted(ctx.topics)
+        if ctx.log_topic is not None and LOG_TOPIC not in ctx.topics:
+            names.append(LOG_TOPIC)
     else:
         names = [t["name"] for t in wanted]
     topics = []
     for name in names:
-        count = ctx.topics.get(name)
+        count = _partition_count(ctx, name)
         topics.append(
             {
                 "error_code": 0 if count is not None else UNKNOWN_TOPIC_OR_PARTITION,
                 "name": name,
                 "topic_id": ctx.topic_id(name) if count is not None else uuid.UUID(int=0),
-                "is_internal": False,
+                "is_internal": name == LOG_TOPIC and ctx.log_topic is not None,
                 "partitions": [
                     {
                         "error_code": 0,
@@ -136,13 +141,18 @@ async def metadata(ctx: GatewayContext, v: int, body: dict[str, Any], *_: str) -
 async def list_offsets(
     ctx: GatewayContext, v: int, body: dict[str, Any], *_: str
 ) -> dict[str, Any]:
+    log_topic = ctx.log_topic
+    if log_topic is not None and any(t["name"] == LOG_TOPIC for t in body["topics"]):
+        await log_topic.refresh(force=True)
     return {
         "throttle_time": 0,
         "topics": [
             {
                 "name": t["name"],
                 "partitions": [
-                    {
+                    log_topic.list_offset(p["partition_index"], p["timestamp"])
+                    if log_topic is not None and t["name"] == LOG_TOPIC
+                    else {
                         "partition_index": p["partition_index"],
                         "error_code": _topic_error(ctx, t["name"], p["partition_index"]),
                         "timestamp": -1,
@@ -158,7 +168,47 @@ async def list_offsets(
 
 
 async def fetch(ctx: GatewayContext, v: int, body: dict[str, Any], *_: str) -> dict[str, Any]:
-    await asyncio.sleep(max(0, min(int(body.get("max_wait", 0)), MAX_FETCH_WAIT_MS)) / 1000)
+    """Other topics hold nothing (answered after ``max_wait``); ``__consumer_offsets`` serves
+    the log (:mod:`coordinator.gateway.log_topic`), waiting only while it has nothing to give."""
+    wait_s = max(0, min(int(body.get("max_wait", 0)), MAX_FETCH_WAIT_MS)) / 1000
+    log_topic = ctx.log_topic
+    if log_topic is None or all(t["topic"] != LOG_TOPIC for t in body["topics"]):
+        await asyncio.sleep(wait_s)
+        return _fetch_response(ctx, body)
+    deadline = asyncio.get_running_loop().time() + wait_s
+    while True:
+        await log_topic.refresh()
+        response = _fetch_response(ctx, body)
+        left = deadline - asyncio.get_running_loop().time()
+        if left <= 0 or _has_log_data(response):
+            return response
+        await asyncio.sleep(min(left, log_topic.interval_s))
+
+
+def _has_log_data(response: dict[str, Any]) -> bool:
+    return any(
+        p["records"] or p["error_code"]
+        for t in response["responses"]
+        if t["topic"] == LOG_TOPIC
+        for p in t["partitions"]
+    )
+
+
+def _fetch_response(ctx: GatewayContext, body: dict[str, Any]) -> dict[str, Any]:
+    log_topic = ctx.log_topic
+    room = int(body.get("max_bytes", 0x7FFFFFFF))
+    min_one = True  # Kafka's minOneMessage: until a partition returned data
+
+    def log_partition(p: dict[str, Any]) -> dict[str, Any]:
+        nonlocal room, min_one
+        assert log_topic is not None
+        limit = min(int(p.get("partition_max_bytes", room)), room)
+        answer = log_topic.fetch_partition(p["partition"], p["fetch_offset"], limit, min_one)
+        if answer["records"]:
+            min_one = False
+            room = max(0, room - len(answer["records"]))
+        return answer
+
     return {
         "throttle_time": 0,
         "error_code": 0,
@@ -167,7 +217,9 @@ async def fetch(ctx: GatewayContext, v: int, body: dict[str, Any], *_: str) -> d
             {
                 "topic": t["topic"],
                 "partitions": [
-                    {
+                    log_partition(p)
+                    if log_topic is not None and t["topic"] == LOG_TOPIC
+                    else {
                         "partition_index": p["partition"],
                         "error_code": _topic_error(ctx, t["topic"], p["partition"]),
                         "high_watermark": p["fetch_offset"],
@@ -214,8 +266,14 @@ async def produce(
     }
 
 
+def _partition_count(ctx: GatewayContext, topic: str) -> int | None:
+    if topic == LOG_TOPIC and ctx.log_topic is not None:
+        return ctx.log_topic.partitions
+    return ctx.topics.get(topic)
+
+
 def _topic_error(ctx: GatewayContext, topic: str, partition: int) -> int:
-    count = ctx.topics.get(topic)
+    count = _partition_count(ctx, topic)
     return 0 if count is not None and 0 <= partition < count else UNKNOWN_TOPIC_OR_PARTITION
 
 

@@ -23,6 +23,7 @@ from coordinator.engine import CoordinatorNode
 from coordinator.gateway import apis, codec
 from coordinator.gateway.backend import Backend
 from coordinator.gateway.codec import FrameError
+from coordinator.gateway.log_topic import LogTopic, for_backend
 
 log = logging.getLogger(__name__)
 
@@ -43,8 +44,11 @@ class Gateway:
         *,
         max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
         idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
+        log_topic: LogTopic | None = None,
     ) -> None:
         self.backend = backend
+        #: ``__consumer_offsets``: by default the back end's warehouse log (empty without one).
+        self.log_topic = log_topic if log_topic is not None else for_backend(backend)
         self.topics = dict(topics)
         self.host = host
         self.port = port
@@ -60,7 +64,10 @@ class Gateway:
         self._server = await asyncio.start_server(self._connection, self.host, self.port)
         self.port = self._server.sockets[0].getsockname()[1]
         await self.backend.start(CoordinatorNode(0, self.host, self.port))
-        self._ctx = apis.GatewayContext(self.backend.submit, self.topics, self.host, self.port)
+        await self.log_topic.refresh(force=True)
+        self._ctx = apis.GatewayContext(
+            self.backend.submit, self.topics, self.host, self.port, log_topic=self.log_topic
+        )
 
     async def serve_forever(self) -> None:
         assert self._server is not None
