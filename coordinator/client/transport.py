@@ -10,8 +10,9 @@ so that :class:`~coordinator.client.member.GroupMember` never changes for a new 
   error response (``NETWORK_EXCEPTION``, or ``REQUEST_TIMED_OUT`` after ``request_timeout_ms``);
 - ``node_id=None`` means "any node" (FindCoordinator goes to the least loaded broker).
 
-This module holds the interface and the in-process transports; the Spark job's and the Kafka
-wire protocol's transports live with those adapters.
+This module holds the interface and the in-process transports; the Spark job's transport lives
+with that adapter (:mod:`coordinator.stream.transport`), the Kafka wire protocol's in
+:mod:`coordinator.client.wire`.
 """
 
 from __future__ import annotations
