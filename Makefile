@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 export PIP_CONSTRAINT := $(CURDIR)/constraints.txt
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: setup demo demo-replay notebook test test-fast lint format bench clean
+.PHONY: setup demo demo-replay notebook test test-fast lint format bench bench-gateway clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -48,6 +48,12 @@ format: setup
 
 bench: setup
 	$(BIN)/coordinator bench engine
+
+# Our gateway against Tansu and noida-db (10 and 100 consumers; a few minutes): the bench extra
+# brings confluent-kafka and the peers' binaries.
+bench-gateway: setup
+	$(BIN)/python -m pip install --quiet -e '.[bench]'
+	$(BIN)/coordinator bench gateway $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -116,6 +116,33 @@ def add_parser(subparsers: Any) -> None:
     groups.add_argument("--reuse", action="store_true", help="reuse a warehouse built before")
     groups.add_argument("--json", action="store_true", help="print one JSON object")
     groups.set_defaults(run=run_groups)
+    gateway = kinds.add_parser(
+        "gateway",
+        help="our Kafka wire-protocol gateway against Tansu and noida-db: join time, rebalance "
+        "time, heartbeats/s (needs the bench extra: pip install -e '.[bench]')",
+    )
+    gateway.add_argument("--sizes", default="10,100", help="consumers in the group (10,100)")
+    gateway.add_argument(
+        "--delays",
+        default="0,3000",
+        help="our group.initial.rebalance.delay.ms, one run of ours each (0,3000)",
+    )
+    gateway.add_argument("--peers", default="tansu,noida", help="any of tansu, noida ('' = none)")
+    gateway.add_argument(
+        "--figures", default="abc", help="a: join, b: rebalance after a leave, c: heartbeats/s"
+    )
+    gateway.add_argument(
+        "--heartbeat-interval-ms", type=int, default=200, help="the consumers' (a, b) (200)"
+    )
+    gateway.add_argument("--leaves", type=int, default=3, help="(b) leaves measured (median; 3)")
+    gateway.add_argument(
+        "--heartbeat-seconds", type=float, default=10.0, help="(c) measured window (10)"
+    )
+    gateway.add_argument(
+        "--generators", type=int, default=1, help="(c) load generator processes (1)"
+    )
+    gateway.add_argument("--json", action="store_true", help="print one JSON object")
+    gateway.set_defaults(run=run_gateway)
 
 
 def _join(group: str, rid: int, member_id: str = "") -> dict[str, Any]:
@@ -466,5 +493,11 @@ def run_soak(args: argparse.Namespace) -> int:
 
 def run_groups(args: argparse.Namespace) -> int:
     from coordinator.admin import bench
+
+    return bench.run(args)
+
+
+def run_gateway(args: argparse.Namespace) -> int:
+    from coordinator.gateway import bench
 
     return bench.run(args)

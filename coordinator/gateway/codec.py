@@ -19,9 +19,14 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from kio.index import load_request_schema, load_response_schema
+from kio.index import load_request_schema as _load_request_schema
+from kio.index import load_response_schema as _load_response_schema
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
+
+#: kio resolves a schema's module by name on every call (a few µs, per request and response).
+load_request_schema = cache(_load_request_schema)
+load_response_schema = cache(_load_response_schema)
 
 #: Kafka's API keys, for the APIs this gateway serves.
 PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3
@@ -214,10 +219,19 @@ def build(cls: type, data: dict[str, Any]) -> Any:
     return cls(**kwargs)
 
 
+@cache
+def _names(cls: type) -> tuple[str, ...] | None:
+    """A dataclass's field names; None for any other type."""
+    if not dataclasses.is_dataclass(cls):
+        return None
+    return tuple(f.name for f in dataclasses.fields(cls))
+
+
 def plain(entity: Any) -> Any:
     """A kio entity as plain data: dicts, lists, ints (timedeltas as milliseconds)."""
-    if dataclasses.is_dataclass(entity) and not isinstance(entity, type):
-        return {f.name: plain(getattr(entity, f.name)) for f in dataclasses.fields(entity)}
+    names = _names(type(entity))  # type: ignore[arg-type]  # types are hashable
+    if names is not None:
+        return {name: plain(getattr(entity, name)) for name in names}
     if isinstance(entity, tuple):
         return [plain(item) for item in entity]
     if isinstance(entity, datetime.timedelta):

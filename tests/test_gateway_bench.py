@@ -1,0 +1,85 @@
+"""`coordinator bench gateway` (issue 10): its machinery at a tiny size against our gateway only,
+a missing peer reported and skipped, and the report's ratios and goal."""
+
+from __future__ import annotations
+
+import pytest
+
+from coordinator.gateway import bench
+from coordinator.gateway.bench import GatewayBenchOptions, compare, format_report, gateway_bench
+
+
+@pytest.mark.slow
+def test_bench_measures_every_figure_against_our_gateway():
+    """3 consumers, one leave, 2 s of heartbeats: every figure present and sane."""
+    pytest.importorskip("confluent_kafka")
+    options = GatewayBenchOptions(
+        sizes=(3,), delays=(0,), peers=(), leaves=1, heartbeat_seconds=2.0
+    )
+    figures = gateway_bench(options, say=lambda _: None)
+    ours = figures["servers"]["ours (delay 0)"]
+    assert ours["status"] == "ok"
+    three = ours["3"]
+    assert "error" not in three, three
+    assert 0 < three["join_s"] < 10  # no initial delay: a few round trips
+    assert 0 < three["rebalance_s"] < 10
+    assert len(three["rebalance_samples_s"]) == 1
+    assert three["heartbeats_per_s"] > 100
+    assert three["errors"] == 0
+    assert three["connections"] == 3
+    assert 0 <= three["hold_s"] < 1
+    report = format_report(figures)
+    assert "(c) heartbeats answered per second" in report
+    assert "ours (delay 0)" in report
+
+
+def test_a_missing_peer_is_reported_and_skipped(monkeypatch):
+    monkeypatch.setattr(bench, "_binary", lambda *_: None)
+    options = GatewayBenchOptions(sizes=(3,), delays=(), peers=("tansu", "noida"))
+    said: list[str] = []
+    figures = gateway_bench(options, say=said.append)
+    for peer in ("tansu", "noida"):
+        assert figures["servers"][peer]["status"].startswith("did not start")
+        assert "3" not in figures["servers"][peer]
+    assert any("tansu: did not start" in line for line in said)
+    format_report(figures)  # nothing to compare, and no error
+
+
+def _figures(ours: dict, tansu: dict, noida: dict) -> dict:
+    return {
+        "options": {
+            "sizes": [10],
+            "heartbeat_interval_ms": 200,
+            "session_timeout_ms": 10_000,
+            "partitions_per_member": 2,
+            "generators": 1,
+            "heartbeat_seconds": 10.0,
+        },
+        "load_before": "-",
+        "load_after": "-",
+        "servers": {
+            label: {"status": "ok", "initial_delay": "-", "10": values}
+            for label, values in (("ours (delay 0)", ours), ("tansu", tansu), ("noida", noida))
+        },
+    }
+
+
+def test_ratios_and_the_goal_lower_times_and_higher_rates_win():
+    peer_a = {"join_s": 5.0, "rebalance_s": 1.0, "heartbeats_per_s": 10_000}
+    peer_b = {"join_s": 0.4, "rebalance_s": 0.5, "heartbeats_per_s": 20_000}
+    winning = _figures(
+        {"join_s": 0.2, "rebalance_s": 0.5, "heartbeats_per_s": 20_000}, peer_a, peer_b
+    )
+    result = compare(winning)["ours (delay 0)"]
+    assert result["goal_met"]
+    assert result["rows"]["join_s/10"]["ratios"] == {"tansu": 0.04, "noida": 0.5}
+    assert result["rows"]["heartbeats_per_s/10"]["ratios"] == {"tansu": 2.0, "noida": 1.0}
+    losing = _figures(
+        {"join_s": 0.2, "rebalance_s": 0.5, "heartbeats_per_s": 15_000}, peer_a, peer_b
+    )
+    losing["comparison"] = compare(losing)
+    result = losing["comparison"]["ours (delay 0)"]
+    assert not result["goal_met"]
+    assert not result["rows"]["heartbeats_per_s/10"]["goal_met"]
+    assert result["rows"]["join_s/10"]["goal_met"]
+    assert "does NOT hold" in format_report(losing)
