@@ -445,6 +445,21 @@ def error_fields(api: str, body: dict[str, Any] | None, error: Error) -> dict[st
     return {}
 
 
+def failed_response(request: dict[str, Any], error: Error, message: str | None) -> dict[str, Any]:
+    """The answer to a request (a dict, not parsed) that failed as a whole with ``error``: what
+    a transport makes up when a request or its answer was lost, and what a gateway back end
+    answers when it cannot serve. An OffsetCommit's partitions each carry the error."""
+    api = str(request.get("api", "unknown"))
+    return response(
+        api,
+        request.get("request_id"),
+        request.get("group_id"),
+        error,
+        message,
+        **error_fields(api, request, error),
+    )
+
+
 def failed_join_fields(member_id: str) -> dict[str, Any]:
     """A JoinGroup answer that did not join: no generation, no protocol, no leader."""
     return {

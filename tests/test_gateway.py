@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import socket
 import struct
-import threading
 import time
 from typing import Any
 
 import pytest
 
 from coordinator.gateway import codec
-from tests.gateway_support import REQUESTS, Running, call, closed, read_frame, until
+from tests.gateway_support import REQUESTS, Running, call, closed, read_frame
 
 # --- the codec, through kio, at the lowest and highest version of each API -----------------------
 
@@ -152,93 +151,6 @@ def test_parked_join_does_not_block_other_connections(gateway: Running):
 
 
 # --- real clients ------------------------------------------------------------------------------
-
-
-class Member(threading.Thread):
-    """One KafkaConsumer polling in its own thread (as an application runs it); other threads
-    only read its assignment and ask it to commit or close."""
-
-    def __init__(self, port: int, group: str, name: str) -> None:
-        super().__init__(daemon=True, name=name)
-        from kafka import KafkaConsumer
-
-        self.consumer = KafkaConsumer(
-            "t",
-            bootstrap_servers=f"127.0.0.1:{port}",
-            group_id=group,
-            client_id=name,
-            enable_auto_commit=False,
-            session_timeout_ms=10000,
-            heartbeat_interval_ms=500,
-        )
-        self.commit_wanted = threading.Event()
-        self.committed: dict[int, int | None] | None = None
-        self.stopping = threading.Event()
-        self.error: BaseException | None = None
-        self.start()
-
-    def shares(self) -> set[int]:
-        return {tp.partition for tp in self.consumer.assignment()}
-
-    def run(self) -> None:
-        from kafka.structs import OffsetAndMetadata
-
-        try:
-            while not self.stopping.is_set():
-                self.consumer.poll(timeout_ms=1000)
-                if self.commit_wanted.is_set():
-                    mine = self.consumer.assignment()
-                    self.consumer.commit(
-                        {tp: OffsetAndMetadata(10 + tp.partition, "", -1) for tp in mine}
-                    )
-                    self.committed = {tp.partition: self.consumer.committed(tp) for tp in mine}
-                    self.commit_wanted.clear()
-        except BaseException as exc:
-            self.error = exc
-        finally:
-            self.consumer.close()
-
-
-@pytest.mark.slow
-def test_kafka_python_consumers_form_rebalance_and_commit(gateway: Running):
-    members = [Member(gateway.port, "kp", f"kp-{i}") for i in range(3)]
-    try:
-
-        def disjoint_cover() -> bool:
-            shares = [m.shares() for m in members]
-            return (
-                all(shares) and sum(map(len, shares)) == 6 and set().union(*shares) == set(range(6))
-            )
-
-        assert until(disjoint_cover, 30), [m.shares() for m in members]
-        for m in members:
-            m.commit_wanted.set()
-        assert until(lambda: all(m.committed is not None for m in members), 15)
-        for m in members:
-            assert m.committed == {p: 10 + p for p in m.committed or {}}
-            assert m.committed
-        leaving = members.pop()
-        leaving.stopping.set()
-        leaving.join(30)
-        assert until(disjoint_cover, 30), [m.shares() for m in members]
-        assert all(m.error is None for m in members), [m.error for m in members]
-        fetched = call(
-            gateway.port,
-            codec.OFFSET_FETCH,
-            8,
-            {"groups": [{"group_id": "kp", "topics": None}]},
-        )
-        offsets = {
-            p["partition_index"]: p["committed_offset"]
-            for t in fetched["groups"][0]["topics"]
-            for p in t["partitions"]
-        }
-        assert offsets == {p: 10 + p for p in range(6)}
-    finally:
-        for m in members:
-            m.stopping.set()
-        for m in members:
-            m.join(30)
 
 
 @pytest.mark.slow

@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 from coordinator.engine import GroupCoordinator
 from coordinator.errors import Error
-from coordinator.requests import error_fields, response
+from coordinator.requests import failed_response
 
 Callback = Callable[[dict[str, Any]], None]
 
@@ -69,15 +69,7 @@ class Transport(Protocol):
 
 def transport_error(request: dict[str, Any], error: Error, message: str) -> dict[str, Any]:
     """The response a transport makes up when the request or its answer was lost."""
-    api = request.get("api", "unknown")
-    return response(
-        api,
-        request.get("request_id"),
-        request.get("group_id"),
-        error,
-        message,
-        **error_fields(api, None, error),
-    )
+    return failed_response(request, error, message)
 
 
 class AnswerQueue:

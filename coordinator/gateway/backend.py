@@ -12,7 +12,7 @@ from typing import Any, Protocol
 
 from coordinator.engine import CoordinatorNode
 from coordinator.errors import Error
-from coordinator.requests import error_fields, response
+from coordinator.requests import failed_response
 
 
 class Backend(Protocol):
@@ -34,14 +34,5 @@ def cannot_serve(
 ) -> dict[str, Any]:
     """The whole-request failure of ``request`` with ``error``: COORDINATOR_NOT_AVAILABLE by
     default, which is what Kafka answers when its coordinator cannot append to or read
-    ``__consumer_offsets``, and what sends a client to find the coordinator again and retry.
-    An OffsetCommit's partitions (``offsets``) each carry the error too."""
-    api = str(request.get("api"))
-    return response(
-        api,
-        request.get("request_id"),
-        request.get("group_id"),
-        error,
-        message,
-        **error_fields(api, request, error),
-    )
+    ``__consumer_offsets``, and what sends a client to find the coordinator again and retry."""
+    return failed_response(request, error, message)
