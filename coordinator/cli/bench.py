@@ -57,12 +57,28 @@ def add_parser(subparsers: Any) -> None:
         "--warmup", type=float, help="seconds of load before measuring (20; first mode 2x)"
     )
     stream.add_argument(
-        "--modes", default="floor,group,shard", help="any of floor, group, shard (in run order)"
+        "--modes",
+        default="floor,group,shard",
+        help="any of floor, group, shard, tws (in run order; tws: the experimental "
+        "transformWithStateInPandas operator, on RocksDB)",
     )
     stream.add_argument(
         "--trigger-interval", type=int, metavar="MS", help="job.trigger.interval.ms"
     )
     stream.add_argument("--shards", type=int, help="job.shards (Spark shuffle partitions)")
+    stream.add_argument(
+        "--state-store",
+        choices=("hdfs", "rocksdb"),
+        help="job.state.store for group and shard (default: the job's, hdfs; the floor always "
+        "runs on hdfs)",
+    )
+    stream.add_argument(
+        "--arrow-batch",
+        type=int,
+        metavar="ROWS",
+        help="spark.sql.execution.arrow.maxRecordsPerBatch for the job modes (default: Spark's, "
+        "10000; the floor always runs with the default)",
+    )
     stream.add_argument("--probes", type=int, default=10, help="session-expiry probe groups")
     stream.add_argument(
         "--warehouse", metavar="DIR", help="keep each mode's warehouse under DIR (default: temp)"
@@ -444,6 +460,8 @@ def run_stream(args: argparse.Namespace) -> int:
         "modes": tuple(m.strip() for m in args.modes.split(",") if m.strip()),
         "trigger_interval_ms": args.trigger_interval,
         "shards": args.shards,
+        "state_store": args.state_store,
+        "arrow_batch": args.arrow_batch,
         "probes": args.probes,
         "warehouse": args.warehouse,
     }

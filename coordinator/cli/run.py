@@ -11,10 +11,11 @@ job, the rest are coordinator settings), then ``--set`` and the options below.
 
 ``--rebuild-from-log`` replaces the checkpoint by one rebuilt from ``consumer_offsets`` (the old
 one is moved to ``<checkpoint>.replaced-<UTC time>``, never deleted): after a lost or unusable
-checkpoint, or to change ``--shards`` or ``--state-key``, which are fixed per checkpoint. Groups
-come back Stable or Empty with fresh sessions and their committed offsets, as when Kafka moves
-a coordinator. The job does it by itself when the checkpoint has no Spark state but the log has
-records. Stop the job before rebuilding; ``offsets.topic.num.partitions`` cannot change.
+checkpoint, or to change ``--shards``, ``--state-key`` or ``--state-store``, which are fixed per
+checkpoint. Groups come back Stable or Empty with fresh sessions and their committed offsets, as
+when Kafka moves a coordinator. The job does it by itself when the checkpoint has no Spark state
+but the log has records. Stop the job before rebuilding; ``offsets.topic.num.partitions`` cannot
+change.
 """
 
 from __future__ import annotations
@@ -43,6 +44,11 @@ def add_job_options(parser: argparse.ArgumentParser) -> None:
         choices=("group", "shard"),
         help="key the state by group id or by offsets partition (fixed per checkpoint)",
     )
+    parser.add_argument(
+        "--state-store",
+        choices=("hdfs", "rocksdb"),
+        help="Spark's state store provider, job.state.store (fixed per checkpoint)",
+    )
     parser.add_argument("--master", help="Spark master (default local[<shards>])")
     parser.add_argument(
         "--conf", action="append", metavar="FILE", help="settings file (.properties); repeatable"
@@ -60,7 +66,7 @@ def add_job_options(parser: argparse.ArgumentParser) -> None:
         "--rebuild-from-log",
         action="store_true",
         help="rebuild the checkpoint from consumer_offsets (old one moved aside); also the "
-        "way to change --shards or --state-key",
+        "way to change --shards, --state-key or --state-store",
     )
     parser.add_argument("--quiet", action="store_true", help="no per-batch log lines")
 
@@ -79,6 +85,7 @@ def settings_from(args: argparse.Namespace) -> Any:
         trigger_interval_ms=args.trigger_interval,
         shards=args.shards,
         state_key=args.state_key,
+        state_store=args.state_store,
         stop_when_idle_s=args.stop_when_idle,
     )
 

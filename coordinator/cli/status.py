@@ -69,6 +69,7 @@ def collect(warehouse: str | Path, checkpoint: str | Path | None = None) -> dict
             "state_key": identity.state_key,
             "shards": identity.shards,
             "offsets_topic_num_partitions": identity.offsets_topic_num_partitions,
+            "state_store": identity.state_store,
         }
         out["last_complete_batch"] = last_complete_batch(paths.tables, identity.app_id)
     return out
@@ -87,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
         print(
             f"checkpoint: {checkpoint['path']} ({checkpoint['state_key']}-keyed, "
             f"{checkpoint['shards']} shards, {checkpoint['offsets_topic_num_partitions']} "
-            f"offsets partitions)"
+            f"offsets partitions, {checkpoint['state_store']} state store)"
         )
     progress = status.get("progress")
     if progress:

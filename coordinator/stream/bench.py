@@ -1,9 +1,11 @@
 """``coordinator bench stream``: heartbeat round trips through the Spark job, against a floor.
 
 For each mode (``group`` and ``shard``: the job keyed by group id or by offsets partition;
-``floor``: the same inbox source and Delta sink around a state function that answers every line
-NONE and decides nothing) this module starts the query on one shared SparkSession with a fresh
-warehouse and checkpoint, forms G groups of M members with raw requests, then drives the load:
+``tws``: the experimental ``transformWithStateInPandas`` operator of :mod:`coordinator.stream.tws`
+keyed by group id, on RocksDB; ``floor``: the same inbox source and Delta sink around a state
+function that answers every line NONE and decides nothing) this module starts the query on one
+shared SparkSession with a fresh warehouse and checkpoint, forms G groups of M members with raw
+requests, then drives the load:
 
 - a driver thread drops one inbox file per tick holding the heartbeats that are due (each member
   every H ms, phases spread at random over the interval; with H = 0 each member sends its next
@@ -24,6 +26,12 @@ Modes run one after the other, the floor first by default; the first one gets a 
 for the fresh JVM. The floor is keyed by group id, like ``group`` mode: it is the floor of one
 Spark key per group, and ``shard`` mode (at most ``offsets.topic.num.partitions`` keys) can beat
 it once many groups are active in a batch.
+
+``--state-store`` (``job.state.store``) and ``--arrow-batch``
+(``spark.sql.execution.arrow.maxRecordsPerBatch``) apply to the job modes only: the floor always
+runs with Spark's defaults (the HDFS store, 10,000 rows per Arrow batch), so that it is one fixed
+reference and ratios from different runs compare the alternatives with each other. ``tws``
+always runs on RocksDB.
 """
 
 from __future__ import annotations
@@ -47,15 +55,27 @@ from urllib.parse import unquote
 
 import pyarrow.parquet as pq
 
-from coordinator.stream import job, operator
+from coordinator.stream import job, operator, tws
 from coordinator.stream.client import Inbox, ResponseReader, StreamClient
 from coordinator.stream.schema import CONSUMER_OFFSETS, RESPONSES, Warehouse
-from coordinator.stream.settings import Settings, load_settings
+from coordinator.stream.settings import (
+    HDFS_STORE,
+    ROCKSDB_STORE,
+    STATE_STORES,
+    Settings,
+    load_settings,
+)
 
 GROUP = operator.GROUP_KEY
 SHARD = operator.SHARD_KEY
 FLOOR = "floor"
-MODES = (FLOOR, GROUP, SHARD)
+TWS = tws.TWS
+MODES = (FLOOR, GROUP, SHARD, TWS)
+#: What ``--modes`` runs unless told otherwise (``tws`` is asked for by name).
+DEFAULT_MODES = (FLOOR, GROUP, SHARD)
+
+#: Rows per Arrow batch between the JVM and the Python workers (``--arrow-batch``).
+ARROW_BATCH = "spark.sql.execution.arrow.maxRecordsPerBatch"
 
 #: The issue's goals, as ratios of a job mode's figure to the floor's.
 GOALS = {"latency_p50": ("<=", 1.2), "latency_p99": ("<=", 1.5), "throughput": (">=", 0.7)}
@@ -80,10 +100,16 @@ class StreamBenchOptions:
     warmup_seconds: float = 20.0
     #: How long to wait after the window for the last answers (and probe expiries).
     drain_seconds: float = 20.0
-    modes: tuple[str, ...] = MODES
+    modes: tuple[str, ...] = DEFAULT_MODES
     #: None: the job's settings (``conf/job.properties``).
     trigger_interval_ms: int | None = None
     shards: int | None = None
+    #: ``job.state.store`` for the job modes (None: the job's setting; ``tws`` is always
+    #: ``rocksdb``, the floor always Spark's default).
+    state_store: str | None = None
+    #: ``spark.sql.execution.arrow.maxRecordsPerBatch`` for the job modes (None: Spark's
+    #: default, 10,000; the floor always runs with the default).
+    arrow_batch: int | None = None
     #: One inbox file per tick at most.
     tick_ms: int = 100
     poll_ms: int = 20
@@ -106,6 +132,10 @@ class StreamBenchOptions:
             raise ValueError("--groups and --members must be >= 1")
         if self.heartbeat_ms < 0 or self.seconds <= 0 or self.tick_ms < 1:
             raise ValueError("--heartbeat-ms >= 0, --seconds > 0 and a tick >= 1 ms are needed")
+        if self.state_store is not None and self.state_store not in STATE_STORES:
+            raise ValueError(f"--state-store is one of {', '.join(STATE_STORES)}")
+        if self.arrow_batch is not None and self.arrow_batch < 1:
+            raise ValueError("--arrow-batch must be >= 1")
 
     @classmethod
     def quick(cls, **changes: Any) -> StreamBenchOptions:
@@ -670,9 +700,24 @@ def mode_settings(mode: str, root: Path, options: StreamBenchOptions) -> Setting
         [str(conf)],
         warehouse=str(root / mode),
         state_key=SHARD if mode == SHARD else GROUP,
+        state_store=mode_state_store(mode, options),
         trigger_interval_ms=options.trigger_interval_ms,
         shards=options.shards,
     )
+
+
+def mode_state_store(mode: str, options: StreamBenchOptions) -> str | None:
+    """``job.state.store`` for a mode (None: the job's setting)."""
+    if mode == TWS:
+        return ROCKSDB_STORE
+    if mode == FLOOR:
+        return HDFS_STORE
+    return options.state_store
+
+
+def mode_arrow_batch(mode: str, options: StreamBenchOptions) -> int | None:
+    """Rows per Arrow batch for a mode (None: Spark's default)."""
+    return None if mode == FLOOR else options.arrow_batch
 
 
 def run_mode(
@@ -687,6 +732,11 @@ def run_mode(
     paths = settings.job.paths
     spark.conf.set("spark.sql.shuffle.partitions", str(settings.job.shards))
     spark.conf.set("spark.sql.streaming.numRecentProgressUpdates", "100000")
+    arrow_batch = mode_arrow_batch(mode, options)
+    if arrow_batch is None:
+        spark.conf.unset(ARROW_BATCH)
+    else:
+        spark.conf.set(ARROW_BATCH, str(arrow_batch))
     writes: list[tuple[float, job.BatchFigures]] = []
 
     def after_write(figures: job.BatchFigures) -> None:
@@ -697,6 +747,10 @@ def run_mode(
     say(f"[{mode}] starting the query ({paths.root})")
     if mode == FLOOR:
         running = start_floor(spark, settings, after_write)
+    elif mode == TWS:
+        running = job.start(
+            spark, settings, after_write, stream=tws.tws_stream, query_name=f"{job.QUERY_NAME}-tws"
+        )
     else:
         running = job.start(spark, settings, after_write)
     try:
@@ -746,9 +800,11 @@ def run_mode(
     finally:
         running.stop()
     say(f"[{mode}] done in {time.time() - started:.0f} s")
-    return _mode_figures(
+    figures = _mode_figures(
         mode, settings, options, load, probes, progress, writes, t0, t1, drained, formed_s
     )
+    figures["arrow_batch"] = arrow_batch
+    return figures
 
 
 def probe_session_ms(options: StreamBenchOptions, load: Load) -> int:
@@ -837,6 +893,7 @@ def _mode_figures(
     return {
         "mode": mode,
         "state_key": None if mode == FLOOR else settings.job.state_key,
+        "state_store": settings.job.state_store,
         "shards": settings.job.shards,
         "trigger_interval_ms": settings.job.trigger_interval_ms,
         "formed_s": _round(formed_s),
@@ -988,6 +1045,11 @@ def format_report(result: dict[str, Any]) -> str:
         f"{2 * o['warmup_seconds']:g} s); "
         f"trigger {first['trigger_interval_ms']} ms, {first['shards']} shards; "
         f"latency = file renamed into the inbox -> response readable in the table",
+        "  state store, rows per Arrow batch: "
+        + ", ".join(
+            f"{mode} {f.get('state_store') or 'hdfs'}, {f.get('arrow_batch') or 'default'}"
+            for mode, f in result["modes"].items()
+        ),
         "",
         f"{'mode':<6} {'req/s':>7} {'lat p50':>8} {'p95':>6} {'p99':>6} {'batch p50':>10} "
         f"{'p99':>6} {'period':>7} {'resp/batch':>10} {'late fired p50':>15} {'p99':>6} "

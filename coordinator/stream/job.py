@@ -42,6 +42,7 @@ from coordinator.stream.settings import (
     CONF_DIR,
     CheckpointIdentity,
     Settings,
+    state_store_confs,
 )
 from coordinator.stream.sink import DeltaSink, Housekeeping
 
@@ -77,6 +78,8 @@ def spark_session(settings: Settings, master: str | None = None, app_name: str =
             "spark.driver.extraJavaOptions", f"-Dlog4j.configurationFile=file:{log4j}"
         )
     builder = builder.config("spark.sql.shuffle.partitions", str(settings.job.shards))
+    for key, value in state_store_confs(settings.job.state_store).items():
+        builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     return spark
@@ -535,6 +538,11 @@ def start(
     opsettings = operator_settings(settings, identity)
     sink = batch_sink(settings, identity, after_write)
     warm_up(spark, job.shards)
+    # The session's state store is the query's (Spark copies the session's settings when the
+    # query starts, then keeps the checkpoint's): set it from job.state.store every time, so a
+    # session that ran a query with another store (tests, benchmarks) starts this one right.
+    for key, value in state_store_confs(job.state_store).items():
+        spark.conf.set(key, value)
     listener = progress_listener(sink, paths)
     spark.streams.addListener(listener)
     query = (
@@ -553,7 +561,7 @@ def start(
     )
     log.info(
         "coordinator started on %s (%d executors): inbox %s, tables %s, checkpoint %s "
-        "(%s-keyed, %d shards)",
+        "(%s-keyed, %d shards, %s state store)",
         context.master,
         executors,
         paths.inbox,
@@ -561,6 +569,7 @@ def start(
         paths.checkpoint,
         job.state_key,
         job.shards,
+        job.state_store,
     )
     return RunningJob(query, sink, settings, listener, rebuilt)
 

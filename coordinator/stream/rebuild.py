@@ -1,11 +1,12 @@
 """A new checkpoint rebuilt from the log: a lost or unusable checkpoint, and re-sharding.
 
 Spark's checkpoint holds the groups' state (the state store) and where the query is in its
-sources. When it is lost (deleted, or unreadable), or when the number of shards or the state
-key must change (both are fixed per checkpoint, as Spark pins its shuffle partitions there),
-the state is rebuilt from ``consumer_offsets`` as Kafka rebuilds a coordinator's state when a
-``__consumer_offsets`` partition moves to another broker: groups come back Stable (with their
-members and generation) or Empty, every member with a fresh session, committed offsets intact.
+sources. When it is lost (deleted, or unreadable), or when the number of shards, the state key
+or the state store must change (all fixed per checkpoint, as Spark pins its shuffle partitions
+and state store provider there), the state is rebuilt from ``consumer_offsets`` as Kafka
+rebuilds a coordinator's state when a ``__consumer_offsets`` partition moves to another broker:
+groups come back Stable (with their members and generation) or Empty, every member with a
+fresh session, committed offsets intact.
 A member that keeps heartbeating keeps its place; a rebalance that was in flight is lost (the
 log only describes groups at rest) and its members rejoin, as in Kafka.
 
@@ -453,8 +454,14 @@ def _unused_rebuild(settings: Settings) -> bool:
         settings.job.state_key,
         settings.job.shards,
         settings.coordinator.offsets_topic_num_partitions,
+        settings.job.state_store,
     )
-    pinned = (identity.state_key, identity.shards, identity.offsets_topic_num_partitions)
+    pinned = (
+        identity.state_key,
+        identity.shards,
+        identity.offsets_topic_num_partitions,
+        identity.state_store,
+    )
     return pinned == wanted and next_batch_id(settings.job.paths.tables) <= identity.batch_id_base
 
 

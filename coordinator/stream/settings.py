@@ -7,7 +7,8 @@ command line. In a ``--conf`` file, ``spark.*`` keys go to Spark, ``job.*`` keys
 
 Some choices are fixed per checkpoint, as ``offsets.topic.num.partitions`` is fixed for a Kafka
 cluster: the number of shards (Spark's shuffle partitions, which Spark itself pins in the
-checkpoint), the state key and the offsets partition count. They are written to
+checkpoint), the state key, the state store provider (which Spark also pins) and the offsets
+partition count. They are written to
 ``<checkpoint>/coordinator.json`` with the job's app id (the Delta writer's transaction id) and
 its member-id seed on the first run, and checked on every later one. Changing them takes a new
 checkpoint rebuilt from the log (``coordinator run --rebuild-from-log``,
@@ -33,6 +34,28 @@ from coordinator.stream.schema import Warehouse
 #: The repository's ``conf/`` directory (present in a checkout and beside ``jobs/``).
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 
+#: ``job.state.store``: Spark's state store provider for the operator's state.
+HDFS_STORE = "hdfs"
+ROCKSDB_STORE = "rocksdb"
+STATE_STORES = (HDFS_STORE, ROCKSDB_STORE)
+PROVIDER_CLASS = "spark.sql.streaming.stateStore.providerClass"
+CHANGELOG_CHECKPOINTING = "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled"
+_PROVIDERS = {
+    HDFS_STORE: "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider",
+    ROCKSDB_STORE: "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+}
+
+
+def state_store_confs(state_store: str) -> dict[str, str]:
+    """The Spark settings ``job.state.store`` stands for. RocksDB gets changelog checkpointing:
+    without it every batch uploads a full snapshot of the store (``spark-notes.md``)."""
+    if state_store not in _PROVIDERS:
+        raise ValueError(f"job.state.store must be one of {STATE_STORES}, got {state_store!r}")
+    return {
+        PROVIDER_CLASS: _PROVIDERS[state_store],
+        CHANGELOG_CHECKPOINTING: "true" if state_store == ROCKSDB_STORE else "false",
+    }
+
 
 @dataclass(frozen=True)
 class JobSettings:
@@ -47,6 +70,10 @@ class JobSettings:
     shards: int = 2
     #: ``group`` (one Spark key per group id) or ``shard`` (one per offsets partition).
     state_key: str = "group"
+    #: Spark's state store: ``hdfs`` (HDFSBackedStateStoreProvider, Spark's default) or
+    #: ``rocksdb`` (RocksDBStateStoreProvider with changelog checkpointing); fixed per
+    #: checkpoint (Spark pins the provider in it too).
+    state_store: str = HDFS_STORE
     max_files_per_trigger: int = 1000
     #: The longest inbox line read as a request, in bytes (Kafka's ``max.request.size``
     #: default): a longer one is answered INVALID_REQUEST (or rejected) without being parsed.
@@ -69,6 +96,7 @@ class JobSettings:
     def __post_init__(self) -> None:
         if self.state_key not in KEY_MODES:
             raise ValueError(f"job.state.key must be one of {KEY_MODES}, got {self.state_key!r}")
+        state_store_confs(self.state_store)
         if self.clean_source not in ("archive", "delete", "off"):
             raise ValueError(
                 f"job.clean.source must be archive, delete or off: {self.clean_source!r}"
@@ -147,7 +175,7 @@ def load_settings(
 
 # --- what a checkpoint pins -------------------------------------------------------------------
 
-PINNED = ("state_key", "shards", "offsets_topic_num_partitions")
+PINNED = ("state_key", "shards", "offsets_topic_num_partitions", "state_store")
 IDENTITY_FILE = "coordinator.json"
 
 
@@ -171,6 +199,9 @@ class CheckpointIdentity:
     #: The directory of the bootstrap files (the state rebuilt from the log), read by the
     #: query as a second file source; lines from there, and only from there, are loads.
     bootstrap_dir: str | None = None
+    #: ``job.state.store``; a ``coordinator.json`` written before it was a setting has none
+    #: and reads as ``hdfs``, the only store the job used then.
+    state_store: str = HDFS_STORE
 
 
 def identity_path(settings: Settings) -> Path:
@@ -182,6 +213,7 @@ def _pinned(settings: Settings) -> dict[str, Any]:
         "state_key": settings.job.state_key,
         "shards": settings.job.shards,
         "offsets_topic_num_partitions": settings.coordinator.offsets_topic_num_partitions,
+        "state_store": settings.job.state_store,
     }
 
 
@@ -196,6 +228,7 @@ def read_identity(path: Path) -> CheckpointIdentity:
         int(stored["offsets_topic_num_partitions"]),
         int(stored.get("batch_id_base", 0)),
         stored.get("bootstrap_dir"),
+        stored.get("state_store", HDFS_STORE),
     )
 
 

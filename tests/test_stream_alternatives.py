@@ -1,0 +1,475 @@
+"""The operator's alternatives that ``coordinator bench stream`` measures: the state store
+(``job.state.store``), Arrow batch sizes (a group's rows split over several pandas frames) and the
+experimental ``transformWithStateInPandas`` operator (:mod:`coordinator.stream.tws`).
+
+The fast tests drive the Spark functions with stand-ins for Spark's state handles; the slow ones
+run the job on the shared SparkSession."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from coordinator.config import CoordinatorConfig
+from coordinator.group.snapshot import decode_group
+from coordinator.stream import bench, job, tws
+from coordinator.stream import operator as op
+from coordinator.stream.settings import (
+    CHANGELOG_CHECKPOINTING,
+    IDENTITY_FILE,
+    PROVIDER_CLASS,
+    checkpoint_identity,
+    load_settings,
+    read_identity,
+    state_store_confs,
+)
+from tests.stream_support import RunningCoordinator
+
+SETTINGS = op.OperatorSettings(CoordinatorConfig(group_initial_rebalance_delay_ms=0), b"s" * 32)
+SESSION_MS = 6_000
+
+
+def join(rid: str, member_id: str = "", group: str = "g", session_ms: int = SESSION_MS) -> str:
+    return json.dumps(
+        {
+            "api": "join_group",
+            "request_id": rid,
+            "group_id": group,
+            "member_id": member_id,
+            "client_id": "c",
+            "session_timeout_ms": session_ms,
+            "rebalance_timeout_ms": SESSION_MS,
+            "protocol_type": "consumer",
+            "protocols": [{"name": "range", "metadata": ""}],
+        }
+    )
+
+
+def sync(rid: str, member_id: str, generation: int, assign: list[str]) -> str:
+    return json.dumps(
+        {
+            "api": "sync_group",
+            "request_id": rid,
+            "group_id": "g",
+            "member_id": member_id,
+            "generation_id": generation,
+            "protocol_type": "consumer",
+            "protocol_name": "range",
+            "assignments": [{"member_id": m, "assignment": ""} for m in assign],
+        }
+    )
+
+
+def heartbeat(rid: str, member_id: str, generation: int) -> str:
+    return json.dumps(
+        {
+            "api": "heartbeat",
+            "request_id": rid,
+            "group_id": "g",
+            "member_id": member_id,
+            "generation_id": generation,
+        }
+    )
+
+
+def commit(rid: str, offset: int, group: str = "g") -> dict[str, Any]:
+    return {
+        "api": "offset_commit",
+        "request_id": rid,
+        "group_id": group,
+        "generation_id": -1,
+        "member_id": "",
+        "offsets": [{"topic": "t", "partition": 0, "offset": offset}],
+    }
+
+
+def frames(values: list[str], size: int, name: str = "file:/inbox/a.jsonl") -> list[pd.DataFrame]:
+    """The inbox rows of ``values`` (one file) as pandas frames of at most ``size`` rows, as
+    Spark hands a key's rows over with ``maxRecordsPerBatch = size``."""
+    rows = pd.DataFrame(
+        {
+            "value": values,
+            "source_file": [name] * len(values),
+            "position": list(range(len(values))),
+            "group_id": ["g"] * len(values),
+            "terminated": [True] * len(values),
+            "valid_utf8": [True] * len(values),
+        }
+    )
+    return [rows.iloc[i : i + size].reset_index(drop=True) for i in range(0, len(rows), size)]
+
+
+def records(output: Iterator[pd.DataFrame]) -> list[tuple[Any, ...]]:
+    return [
+        tuple(None if pd.isna(v) else v for v in row)
+        for frame in output
+        for row in frame.itertuples(index=False)
+    ]
+
+
+class GroupState:
+    """``applyInPandasWithState``'s GroupState, as far as the operator uses it: a timeout set
+    in a call lasts until the next call, as in Spark."""
+
+    def __init__(self) -> None:
+        self.value: tuple[Any, ...] | None = None
+        self.timeout_at: int | None = None
+        self.now = 0
+        self.timed_out = False
+
+    def getCurrentProcessingTimeMs(self) -> int:
+        return self.now
+
+    @property
+    def exists(self) -> bool:
+        return self.value is not None
+
+    @property
+    def get(self) -> tuple[Any, ...] | None:
+        return self.value
+
+    @property
+    def hasTimedOut(self) -> bool:
+        return self.timed_out
+
+    def update(self, value: tuple[Any, ...]) -> None:
+        self.value = value
+
+    def remove(self) -> None:
+        self.value = None
+
+    def setTimeoutDuration(self, ms: int) -> None:
+        self.timeout_at = self.now + ms
+
+
+class ValueState:
+    def __init__(self) -> None:
+        self.value: tuple[Any, ...] | None = None
+
+    def get(self) -> tuple[Any, ...] | None:
+        return self.value
+
+    def update(self, value: tuple[Any, ...]) -> None:
+        self.value = value
+
+    def clear(self) -> None:
+        self.value = None
+
+
+class Handle:
+    """``StatefulProcessorHandle`` for one key: its value state and its timers."""
+
+    def __init__(self) -> None:
+        self.state = ValueState()
+        self.timers: set[int] = set()
+
+    def getValueState(self, name: str, schema: str) -> ValueState:
+        assert (name, schema) == ("group", tws.STATE_DDL)
+        return self.state
+
+    def registerTimer(self, ms: int) -> None:
+        self.timers.add(ms)
+
+    def deleteTimer(self, ms: int) -> None:
+        self.timers.discard(ms)
+
+
+def run_apply(function: Any, state: GroupState, now: int, batch: list[pd.DataFrame]) -> list[Any]:
+    """One batch of ``applyInPandasWithState`` for key "g", as Spark runs it: the function with
+    the key's rows, or, with none, only when the timeout has passed (strictly)."""
+    state.now = now
+    due = state.timeout_at is not None and now > state.timeout_at
+    if not batch and not due:
+        return []
+    state.timed_out = not batch
+    state.timeout_at = None
+    return records(function(("g",), iter(batch), state))
+
+
+def run_tws(
+    processor: tws.CoordinatorProcessor, handle: Handle, now: int, batch: list[pd.DataFrame]
+) -> list[Any]:
+    """One batch of ``transformWithStateInPandas`` for key "g": the rows first, then every
+    timer due at ``now`` (Spark deletes a fired timer after the call)."""
+    from pyspark.sql.streaming.stateful_processor import ExpiredTimerInfo, TimerValues
+
+    out = []
+    if batch:
+        out += records(processor.handleInputRows(("g",), iter(batch), TimerValues(now)))
+    for timer in sorted(t for t in handle.timers if t <= now):
+        out += records(
+            processor.handleExpiredTimer(("g",), TimerValues(now), ExpiredTimerInfo(timer))
+        )
+        handle.timers.discard(timer)
+    return out
+
+
+# --- Arrow batches: a group's rows over several frames ----------------------------------------
+
+
+@pytest.mark.parametrize("size", [1, 3, 4])
+def test_a_group_split_over_several_frames_steps_as_from_one(size: int):
+    values = [join(f"j{i}") for i in range(5)] + [json.dumps(commit(f"c{i}", i)) for i in range(5)]
+    function = op.group_function(SETTINGS)
+    whole = run_apply(function, one := GroupState(), 1_000, frames(values, 100))
+    split = run_apply(function, other := GroupState(), 1_000, frames(values, size))
+    assert len(frames(values, size)) > 1
+    assert split == whole and len(whole) > 10
+    assert other.value == one.value and other.timeout_at == one.timeout_at
+    # The frames' order does not matter either: lines apply in (file, line) order.
+    backwards = run_apply(function, GroupState(), 1_000, frames(values, size)[::-1])
+    assert backwards == whole
+
+    shard = op.shard_function(SETTINGS)
+    assert run_apply(shard, GroupState(), 1_000, frames(values, size)) == run_apply(
+        shard, GroupState(), 1_000, frames(values, 100)
+    )
+
+
+# --- transformWithStateInPandas: the same step, the same rows ---------------------------------
+
+
+def test_the_tws_processor_emits_what_apply_in_pandas_with_state_does():
+    """A group forms, one member keeps heartbeating and the other goes silent until its session
+    expires: batch by batch, the two operators emit the same rows (batch times avoid a
+    deadline's exact millisecond, where their timers differ by one batch)."""
+    apply_state, handle = GroupState(), Handle()
+    function = op.group_function(SETTINGS)
+    processor = tws.CoordinatorProcessor(SETTINGS)
+    processor.init(handle)
+
+    def both(now: int, values: list[str]) -> list[Any]:
+        batch = frames(values, 3, f"file:/inbox/{now:08d}.jsonl")
+        a = run_apply(function, apply_state, now, batch)
+        b = run_tws(processor, handle, now, batch)
+        assert a == b, now
+        return a
+
+    def answers(rows: list[Any]) -> dict[str, dict[str, Any]]:
+        return {
+            body["request_id"]: body
+            for body in (json.loads(r[7]) for r in rows if r[0] == op.RESPONSE)
+        }
+
+    first = answers(both(1_250, [join("a0"), join("b0")]))
+    a, b = first["a0"]["member_id"], first["b0"]["member_id"]
+    assert both(2_250, [join("a1", a), join("b1", b)])
+    joined = answers(both(2_500, []))  # the initial delay (0) ran out: a timer-only step
+    generation = joined["a1"]["generation_id"]
+    leader = joined["a1"]["leader"]
+    synced = answers(
+        both(
+            3_250,
+            [
+                sync("as", a, generation, [a, b] if leader == a else []),
+                sync("bs", b, generation, [a, b] if leader == b else []),
+            ],
+        )
+    )
+    assert {s["error_code"] for s in synced.values()} == {0}
+    assert handle.timers  # armed: the sessions' expiry
+    # a heartbeats until 12 s (one heartbeat lands after b's deadline: data and a due timer in
+    # one batch), then both are silent and every expiry fires in a batch without input. Batch k
+    # is at 4 s + k s + (37 k mod 500) ms: no deadline (a step's time + 6 s) is a batch's time.
+    kinds: list[str] = []
+    for k in range(36):
+        now = 4_000 + 1_000 * k + (37 * k) % 500
+        values = [heartbeat(f"h{k}", a, generation)] if k % 2 == 0 and now <= 12_000 else []
+        kinds += [r[0] for r in both(now, values)]
+    assert kinds.count(op.TICK) >= 1
+    assert apply_state.value is not None and handle.state.value is not None
+    assert bytes(apply_state.value[0]) == bytes(handle.state.value[0])
+    assert decode_group(bytes(handle.state.value[0])).members == {}
+
+
+def test_a_stale_timer_is_ignored_and_a_gone_group_leaves_no_state():
+    handle = Handle()
+    processor = tws.CoordinatorProcessor(SETTINGS)
+    processor.init(handle)
+    run_tws(processor, handle, 1_000, frames([join("j")], 10))
+    (deadline,) = handle.timers
+    assert handle.state.value is not None and handle.state.value[1] == deadline
+    from pyspark.sql.streaming.stateful_processor import ExpiredTimerInfo, TimerValues
+
+    stale = processor.handleExpiredTimer(
+        ("g",), TimerValues(deadline + 5), ExpiredTimerInfo(deadline - 1)
+    )
+    assert records(stale) == []
+    delete = json.dumps({"api": "delete_groups", "request_id": "d", "group_id": "g"})
+    rows = run_tws(processor, handle, 2_000, frames([delete], 10))
+    assert [json.loads(r[7])["state"] for r in rows if r[0] == op.GROUP] == ["Dead"]
+    assert handle.state.value is None and handle.timers == set()
+
+
+# --- settings and options ---------------------------------------------------------------------
+
+
+def test_the_state_store_setting_maps_to_spark_and_is_pinned_by_the_checkpoint(tmp_path: Path):
+    assert load_settings([]).job.state_store == "hdfs"
+    rocks = state_store_confs("rocksdb")
+    assert rocks[PROVIDER_CLASS].endswith("RocksDBStateStoreProvider")
+    assert rocks[CHANGELOG_CHECKPOINTING] == "true"
+    assert state_store_confs("hdfs")[PROVIDER_CLASS].endswith("HDFSBackedStateStoreProvider")
+    with pytest.raises(ValueError, match=r"job\.state\.store"):
+        load_settings([], {"job.state.store": "memory"})
+
+    settings = load_settings([], {"job.state.store": "rocksdb"}, warehouse=str(tmp_path))
+    identity = checkpoint_identity(settings)
+    assert identity.state_store == "rocksdb"
+    with pytest.raises(ValueError, match=r"state_store='rocksdb'.*fixed per checkpoint"):
+        checkpoint_identity(load_settings([], warehouse=str(tmp_path)))
+    # A coordinator.json written before the setting existed reads as hdfs.
+    path = settings.job.paths.checkpoint / IDENTITY_FILE
+    stored = json.loads(path.read_text())
+    del stored["state_store"]
+    path.write_text(json.dumps(stored))
+    assert read_identity(path).state_store == "hdfs"
+    assert checkpoint_identity(load_settings([], warehouse=str(tmp_path))).state_store == "hdfs"
+
+
+def test_run_and_bench_take_the_new_options():
+    from coordinator.cli import bench as bench_cli
+    from coordinator.cli.run import add_job_options, settings_from
+
+    parser = argparse.ArgumentParser()
+    add_job_options(parser)
+    assert settings_from(parser.parse_args(["--state-store", "rocksdb"])).job.state_store == (
+        "rocksdb"
+    )
+    top = argparse.ArgumentParser()
+    bench_cli.add_parser(top.add_subparsers())
+    args = top.parse_args(
+        ["bench", "stream", "--state-store", "rocksdb", "--arrow-batch", "1000", "--modes", "tws"]
+    )
+    assert (args.state_store, args.arrow_batch, args.modes) == ("rocksdb", 1000, "tws")
+
+    options = bench.StreamBenchOptions(
+        modes=("floor", "group", "tws"), state_store="rocksdb", arrow_batch=1000
+    )
+    assert [bench.mode_state_store(m, options) for m in options.modes] == [
+        "hdfs",
+        "rocksdb",
+        "rocksdb",
+    ]
+    assert [bench.mode_arrow_batch(m, options) for m in options.modes] == [None, 1000, 1000]
+    assert bench.mode_state_store("tws", bench.StreamBenchOptions()) == "rocksdb"
+    assert bench.mode_state_store("group", bench.StreamBenchOptions()) is None
+    with pytest.raises(ValueError, match="state-store"):
+        bench.StreamBenchOptions(state_store="memory")
+    with pytest.raises(ValueError, match="arrow-batch"):
+        bench.StreamBenchOptions(arrow_batch=0)
+    with pytest.raises(ValueError, match="modes"):
+        bench.StreamBenchOptions(modes=("rocksdb",))
+
+
+# --- on Spark ---------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def arrow_batch_of_3(spark: Any) -> Iterator[None]:
+    spark.conf.set(bench.ARROW_BATCH, "3")
+    yield
+    spark.conf.unset(bench.ARROW_BATCH)
+
+
+@pytest.mark.slow
+def test_the_job_answers_a_group_whose_rows_span_several_arrow_batches(
+    spark: Any, tmp_path: Path, arrow_batch_of_3: None
+):
+    c = RunningCoordinator(spark, tmp_path / "warehouse").start()
+    try:
+        fetch = {"api": "offset_fetch", "request_id": "f", "group_id": "solo", "partitions": None}
+        # One file, one group, 12 lines: four Arrow batches of 3 rows for one key.
+        answers = c.requests([commit(f"c{i}", 100 + i, group="solo") for i in range(11)] + [fetch])
+        assert [a["request_id"] for a in answers] == [f"c{i}" for i in range(11)] + ["f"]
+        assert all(p["error"] is None for a in answers[:-1] for p in a["partitions"])
+        assert answers[-1]["partitions"][0]["offset"] == 110  # every line, in line order
+        offsets = [r["committed_offset"] for r in c.rows("consumer_offsets")]
+        assert sorted(offsets) == list(range(100, 111))
+    finally:
+        c.stop()
+
+
+@pytest.mark.slow
+def test_the_job_runs_on_rocksdb_and_its_checkpoint_keeps_it(spark: Any, tmp_path: Path):
+    warehouse = tmp_path / "warehouse"
+    c = RunningCoordinator(spark, warehouse, state_store="rocksdb").start()
+    try:
+        answers = c.requests([commit("c1", 5, group="ledger")])
+        assert answers[0]["partitions"][0]["error"] is None
+        c.restart()  # the state comes back from RocksDB
+        fetch = {"api": "offset_fetch", "request_id": "f", "group_id": "ledger"}
+        assert c.request(fetch)["partitions"][0]["offset"] == 5
+    finally:
+        c.stop()
+    checkpoint = c.settings.job.paths.checkpoint
+    offsets_log = (checkpoint / "offsets" / "0").read_text()
+    assert "RocksDBStateStoreProvider" in offsets_log
+    assert read_identity(checkpoint / IDENTITY_FILE).state_store == "rocksdb"
+    with pytest.raises(ValueError, match="fixed per checkpoint"):
+        RunningCoordinator(spark, warehouse).start()
+
+
+class TwsCoordinator(RunningCoordinator):
+    """The job with :func:`coordinator.stream.tws.tws_stream` as its operator."""
+
+    def start(self) -> TwsCoordinator:
+        assert self.running is None
+        self.spark.conf.set("spark.sql.shuffle.partitions", str(self.settings.job.shards))
+        self.running = job.start(self.spark, self.settings, self.after_write, stream=tws.tws_stream)
+        return self
+
+
+@pytest.mark.slow
+def test_the_tws_operator_forms_a_group_and_expires_a_silent_member(spark: Any, tmp_path: Path):
+    pytest.importorskip("google.protobuf")
+    c = TwsCoordinator(spark, tmp_path / "warehouse", state_store="rocksdb").start()
+    try:
+        # Both outlast slow batches (a loaded box; this operator's first batch takes 10 s or
+        # more) until the group is formed; then the second member's session is 5 s (its second
+        # join sets it) and it never heartbeats.
+        first = c.requests([json.loads(join(f"j{i}", session_ms=60_000)) for i in range(2)])
+        ids = [a["member_id"] for a in first]
+        sessions = [60_000, 5_000]
+        joined = c.requests(
+            [
+                json.loads(join(f"k{i}", m, session_ms=s))
+                for i, (m, s) in enumerate(zip(ids, sessions, strict=True))
+            ]
+        )
+        assert [j["error"] for j in joined] == [None, None], joined
+        generation, leader = joined[0]["generation_id"], joined[0]["leader"]
+        c.requests(
+            [
+                json.loads(sync(f"s{i}", m, generation, ids if m == leader else []))
+                for i, m in enumerate(ids)
+            ]
+        )
+        alive, silent = ids
+        deadline = time.monotonic() + 90
+        answer: dict[str, Any] = {}
+        beat = 0
+        while time.monotonic() < deadline:
+            beat += 1
+            answer = c.request(json.loads(heartbeat(f"hb{beat}", alive, generation)))
+            if answer["error"] == "REBALANCE_IN_PROGRESS":
+                break
+            assert answer["error"] is None
+            time.sleep(0.5)
+        assert answer["error"] == "REBALANCE_IN_PROGRESS", "the silent member never expired"
+        state = c.wait_for(
+            lambda: [s for s in c.rows("group_state") if s["state"] == "PreparingRebalance"],
+            what="the rebalance in group_state",
+        )
+        assert state[0]["rebalance_reason"] == (
+            f"removing member {silent} on heartbeat expiration."
+        )
+    finally:
+        c.stop()
