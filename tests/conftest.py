@@ -41,3 +41,14 @@ def gateway() -> Iterator[Any]:
     running = Running(idle_timeout_s=1.0, max_request_bytes=65536)
     yield running
     running.stop()
+
+
+@pytest.fixture
+def running() -> Iterator[Any]:
+    """An embedded gateway with the server's defaults (idle connections kept 10 minutes) and
+    no initial rebalance delay: what the real-client suites talk to."""
+    from tests.gateway_support import Running
+
+    gateway = Running()
+    yield gateway
+    gateway.stop()

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -21,13 +20,6 @@ from tests import client_scenarios as sc
 from tests.gateway_support import Running
 
 CLIENT = "aiokafka"
-
-
-@pytest.fixture
-def running() -> Iterator[Running]:
-    gateway = Running()  # group_initial_rebalance_delay_ms=0
-    yield gateway
-    gateway.stop()
 
 
 @pytest.mark.slow

@@ -8,7 +8,6 @@ Consumer does not expose the generation."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -17,13 +16,6 @@ from tests import client_scenarios as sc
 from tests.gateway_support import Running
 
 CLIENT = "confluent-kafka"
-
-
-@pytest.fixture
-def running() -> Iterator[Running]:
-    gateway = Running()  # group_initial_rebalance_delay_ms=0
-    yield gateway
-    gateway.stop()
 
 
 @pytest.mark.slow

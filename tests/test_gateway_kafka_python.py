@@ -4,7 +4,6 @@ tests/client_scenarios.py and its admin API."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -13,13 +12,6 @@ from tests import client_scenarios as sc
 from tests.gateway_support import Running
 
 CLIENT = "kafka-python"
-
-
-@pytest.fixture
-def running() -> Iterator[Running]:
-    gateway = Running()  # group_initial_rebalance_delay_ms=0
-    yield gateway
-    gateway.stop()
 
 
 @pytest.mark.slow
