@@ -700,5 +700,79 @@ def scenario_static_restart(client: str, port: int) -> None:
             m.close()
 
 
+def kafka_python_admin_scenario(port: int, group: str) -> None:
+    """kafka-python's KafkaAdminClient on a live group of two (list, describe, offsets, and
+    Kafka's refusals: alter, delete the group, delete offsets of a subscribed topic), then on the
+    group once empty (alter, delete offsets, delete it, gone)."""
+    import kafka.errors as Errors
+    from kafka.admin import KafkaAdminClient
+    from kafka.structs import OffsetAndMetadata, TopicPartition
+
+    admin = KafkaAdminClient(bootstrap_servers=f"127.0.0.1:{port}", client_id="admin")
+    members = [KafkaPythonMember(port, group, f"admin-m{i}") for i in range(2)]
+    try:
+        wait_for(lambda: disjoint_cover(list(members)), 30, lambda: shares(list(members)))
+        for m in members:
+            m.commit({tp: 7 for tp in m.assigned()})
+        t = [TopicPartition("t", p) for p in range(PARTITIONS)]
+
+        listed = admin.list_groups()
+        mine = [g for g in listed if g["group_id"] == group]
+        assert len(mine) == 1 and mine[0]["protocol_type"] == "consumer", listed
+
+        described = admin.describe_groups([group])[group]
+        assert described["error"] is None and described["group_state"] == "Stable", described
+        assert described["protocol_type"] == "consumer", described
+        assert described["protocol_data"] in ("range", "roundrobin"), described
+        by_client = {m["client_id"]: m for m in described["members"]}
+        assert sorted(by_client) == ["admin-m0", "admin-m1"], described
+        for m in members:
+            entry = by_client[m.name]
+            assert entry["client_host"] == "/127.0.0.1"
+            assignment = entry["member_assignment"]
+            got = {
+                (a["topic"], p) for a in assignment["assigned_partitions"] for p in a["partitions"]
+            }
+            assert got == set(m.assigned()), (got, m.assigned())
+            assert entry["member_metadata"]["topics"] == ["t"]
+
+        offsets = admin.list_group_offsets(group)[group]
+        assert {tp: o.offset for tp, o in offsets.items()} == {tp: 7 for tp in t}
+
+        # Kafka refuses an admin commit (generation -1, no member) into a live group ...
+        refused = admin.alter_group_offsets(group, {t[0]: OffsetAndMetadata(1, "", -1)})
+        assert refused == {t[0]: Errors.UnknownMemberIdError}
+        # ... deleting a live group ...
+        assert admin.delete_groups([group]) == {group: "NonEmptyGroupError"}
+        # ... and deleting the offsets of a topic the group is subscribed to.
+        assert admin.delete_group_offsets(group, [t[0]]) == {
+            t[0]: Errors.GroupSubscribedToTopicError
+        }
+        assert admin.list_group_offsets(group)[group][t[0]].offset == 7
+    finally:
+        for m in members:
+            m.close()
+
+    # Empty now (both members left): it is altered, its offsets deleted, then it is deleted.
+    described = admin.describe_groups([group])[group]
+    assert described["group_state"] == "Empty" and described["members"] == [], described
+    other = [TopicPartition("other", p) for p in range(2)]
+    altered = admin.alter_group_offsets(
+        group, {tp: OffsetAndMetadata(40 + tp.partition, "m", -1) for tp in [*t, *other]}
+    )
+    assert set(altered.values()) == {Errors.NoError}, altered
+    offsets = admin.list_group_offsets(group)[group]
+    assert {tp: (o.offset, o.metadata) for tp, o in offsets.items()} == {
+        tp: (40 + tp.partition, "m") for tp in [*t, *other]
+    }
+    assert admin.delete_group_offsets(group, other) == dict.fromkeys(other, Errors.NoError)
+    assert set(admin.list_group_offsets(group)[group]) == set(t)
+    assert admin.delete_groups([group]) == {group: "OK"}
+    assert [g for g in admin.list_groups() if g["group_id"] == group] == []
+    assert admin.describe_groups([group])[group]["group_state"] == "Dead"
+    assert admin.delete_groups([group]) == {group: "GroupIdNotFoundError"}
+    admin.close()
+
+
 if __name__ == "__main__":
     _subprocess_main(sys.argv[1:])

@@ -365,3 +365,27 @@ def test_operator_tools_read_the_embedded_gateways_warehouse(
     code, out = groups("--describe", "--group", "live", "--offsets")
     rows = [line.split() for line in out.strip().splitlines()]
     assert rows[1][:4] == ["live", "t", "0", "9"], out
+
+
+@pytest.mark.slow
+def test_client_membership_scenario_through_the_spark_job(spark: Any, tmp_path: Path):
+    """The real-client scenario of the embedded suites, unchanged, through the Spark job:
+    three kafka-python consumers form a group, a fourth joins, one leaves, one is killed and
+    its 6 s session expires in the job; a rebalance each time, a disjoint cover after each. Then
+    a static member restarts within its session and takes its partitions back, no rebalance;
+    and kafka-python's admin client lists, describes, alters and deletes, refused where Kafka
+    refuses (ListGroups answered from the job's ``group_state`` table)."""
+    from tests import client_scenarios as sc
+    from tests.stream_support import RunningCoordinator
+
+    warehouse = tmp_path / "wh"
+    job = RunningCoordinator(spark, warehouse).start()
+    running = Running(backend=JobBackend(warehouse))
+    try:
+        observed = sc.scenario_membership("kafka-python", running.port)
+        assert None not in observed["generations"], observed
+        sc.scenario_static_restart("kafka-python", running.port)
+        sc.kafka_python_admin_scenario(running.port, "kafka-python-admin")
+    finally:
+        running.stop()
+        job.stop()
