@@ -209,76 +209,25 @@ def test_job_backend_answers_coordinator_not_available_when_the_job_is_silent(tm
         running.stop()
 
 
-class Consumer(threading.Thread):
-    """A kafka-python KafkaConsumer polling in its own thread, as an application runs it."""
+def _consumers_form_rebalance_and_commit(port: int, group: str, wait_s: float) -> None:
+    """Three kafka-python consumers form a group (a disjoint cover of topic t), commit 100 on
+    their partitions and read it back, then one leaves and the other two cover t again."""
+    from tests import client_scenarios as sc
 
-    def __init__(self, port: int, group: str, name: str, **settings: Any) -> None:
-        super().__init__(daemon=True, name=name)
-        from kafka import KafkaConsumer
-
-        self.consumer = KafkaConsumer(
-            "t",
-            bootstrap_servers=f"127.0.0.1:{port}",
-            group_id=group,
-            client_id=name,
-            enable_auto_commit=False,
-            **settings,
-        )
-        self.commit_to: int | None = None
-        self.committed: dict[int, int | None] | None = None
-        self.stopping = threading.Event()
-        self.error: BaseException | None = None
-        self.start()
-
-    def shares(self) -> set[int]:
-        return {tp.partition for tp in self.consumer.assignment()}
-
-    def run(self) -> None:
-        from kafka.structs import OffsetAndMetadata
-
-        try:
-            while not self.stopping.is_set():
-                self.consumer.poll(timeout_ms=200)
-                if self.commit_to is not None:
-                    mine = self.consumer.assignment()
-                    offsets = {tp: OffsetAndMetadata(self.commit_to, "", -1) for tp in mine}
-                    self.consumer.commit(offsets)
-                    self.committed = {tp.partition: self.consumer.committed(tp) for tp in mine}
-                    self.commit_to = None
-        except BaseException as exc:
-            self.error = exc
-        finally:
-            self.consumer.close()
-
-
-def _disjoint_cover(consumers: list[Consumer], partitions: int) -> bool:
-    shares = [c.shares() for c in consumers]
-    return (
-        all(shares)
-        and sum(map(len, shares)) == partitions
-        and set().union(*shares) == set(range(partitions))
-    )
-
-
-def _consumers_form_rebalance_and_commit(port: int, group: str, wait_s: float, **settings: Any):
-    consumers = [Consumer(port, group, f"{group}-{i}", **settings) for i in range(3)]
+    members = [sc.KafkaPythonMember(port, group, f"{group}-{i}") for i in range(3)]
     try:
-        assert until(lambda: _disjoint_cover(consumers, 6), wait_s), [c.shares() for c in consumers]
-        for c in consumers:
-            c.commit_to = 100
-        assert until(lambda: all(c.committed is not None for c in consumers), wait_s)
-        for c in consumers:
-            assert c.committed and set(c.committed.values()) == {100}
-        leaving = consumers.pop()
-        leaving.stopping.set()
-        leaving.join(wait_s)
-        assert until(lambda: _disjoint_cover(consumers, 6), wait_s), [c.shares() for c in consumers]
-        assert all(c.error is None for c in consumers), [c.error for c in consumers]
+        sc.wait_for(lambda: sc.disjoint_cover(list(members)), wait_s, lambda: sc.shares(members))
+        for m in members:
+            mine = m.assigned()
+            m.commit(dict.fromkeys(mine, 100))
+            assert m.committed(mine) == dict.fromkeys(mine, 100)
+        leaving = members.pop()
+        leaving.close()
+        sc.wait_for(lambda: sc.disjoint_cover(list(members)), wait_s, lambda: sc.shares(members))
+        sc.no_errors(members)
     finally:
-        for c in consumers:
-            c.stopping.set()
-        for c in consumers:
-            c.join(30)
+        for m in members:
+            m.close()
 
 
 @pytest.mark.slow
@@ -289,9 +238,7 @@ def test_kafka_python_consumers_through_the_job_backend(tmp_path: Path):
     loop = LocalJobLoop(warehouse, trigger_ms=100)
     running = Running(backend=JobBackend(warehouse))
     try:
-        _consumers_form_rebalance_and_commit(
-            running.port, "kp-job", 60, session_timeout_ms=10_000, heartbeat_interval_ms=1_000
-        )
+        _consumers_form_rebalance_and_commit(running.port, "kp-job", 60)
     finally:
         running.stop()
         loop.stop()
@@ -300,17 +247,15 @@ def test_kafka_python_consumers_through_the_job_backend(tmp_path: Path):
 @pytest.mark.slow
 def test_kafka_python_consumers_through_the_spark_job(spark: Any, tmp_path: Path):
     """End to end: kafka-python consumers -> the gateway -> the Spark job's inbox ->
-    applyInPandasWithState -> Delta -> the gateway -> the consumers. Session timeouts are a few
-    micro-batches long (README: Kafka clients with the Spark back end)."""
+    applyInPandasWithState -> Delta -> the gateway -> the consumers, with the client suites'
+    10 s sessions (about ten micro-batches here)."""
     from tests.stream_support import RunningCoordinator
 
     warehouse = tmp_path / "wh"
     job = RunningCoordinator(spark, warehouse).start()
     running = Running(backend=JobBackend(warehouse))
     try:
-        _consumers_form_rebalance_and_commit(
-            running.port, "kp-spark", 120, session_timeout_ms=30_000, heartbeat_interval_ms=2_000
-        )
+        _consumers_form_rebalance_and_commit(running.port, "kp-spark", 120)
         from deltalake import DeltaTable
 
         log = DeltaTable(str(warehouse / "tables" / "consumer_offsets")).to_pyarrow_table()
