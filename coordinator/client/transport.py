@@ -67,6 +67,26 @@ class Transport(Protocol):
         ...
 
 
+#: Kafka's ``JOIN_GROUP_TIMEOUT_LAPSE``: a JoinGroup may be parked for the whole rebalance
+#: timeout, so the client waits that long plus this before giving up on it.
+JOIN_GROUP_TIMEOUT_LAPSE_MS = 5_000
+
+
+def answer_timeout_ms(request: dict[str, Any], request_timeout_ms: int) -> int:
+    """How long to wait for the answer to ``request``: ``request_timeout_ms``, but a JoinGroup
+    at least its rebalance timeout (its session timeout when it carries none, as JoinGroup v0
+    does, which is then how long the coordinator parks it) plus the lapse, as Kafka's client
+    waits."""
+    if request.get("api") != "join_group":
+        return request_timeout_ms
+    rebalance = request.get("rebalance_timeout_ms")
+    if rebalance is None:
+        rebalance = request.get("session_timeout_ms")
+    if not isinstance(rebalance, int):
+        return request_timeout_ms
+    return max(request_timeout_ms, rebalance + JOIN_GROUP_TIMEOUT_LAPSE_MS)
+
+
 def transport_error(request: dict[str, Any], error: Error, message: str) -> dict[str, Any]:
     """The response a transport makes up when the request or its answer was lost."""
     return failed_response(request, error, message)

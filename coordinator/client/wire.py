@@ -49,7 +49,13 @@ from dataclasses import dataclass
 from importlib import metadata
 from typing import Any, TypeVar
 
-from coordinator.client.transport import Callback, Clock, SystemClock, transport_error
+from coordinator.client.transport import (
+    Callback,
+    Clock,
+    SystemClock,
+    answer_timeout_ms,
+    transport_error,
+)
 from coordinator.client.wire_mapping import (
     API_KEYS,
     API_VERSIONS_RANGE,
@@ -61,9 +67,6 @@ from coordinator.client.wire_mapping import (
 from coordinator.errors import Error
 from coordinator.gateway import codec
 
-#: Kafka's ``JOIN_GROUP_TIMEOUT_LAPSE``: a JoinGroup may be parked for the whole rebalance
-#: timeout, so the client waits that long plus this before giving up on it.
-JOIN_GROUP_TIMEOUT_LAPSE_MS = 5_000
 #: Kafka's ``socket.connection.setup.timeout.ms`` default.
 DEFAULT_CONNECT_TIMEOUT_MS = 10_000
 #: The largest response frame accepted (Kafka's ``socket.request.max.bytes`` default).
@@ -200,13 +203,7 @@ class KafkaWireTransport:
         never calls ``callback`` itself."""
         if request.get("request_id") is None:
             request = {**request, "request_id": uuid.uuid4().hex}
-        timeout = self.request_timeout_ms
-        if request.get("api") == "join_group":
-            rebalance = request.get("rebalance_timeout_ms")
-            if rebalance is None:
-                rebalance = request.get("session_timeout_ms")
-            if isinstance(rebalance, int):
-                timeout = max(timeout, rebalance + JOIN_GROUP_TIMEOUT_LAPSE_MS)
+        timeout = answer_timeout_ms(request, self.request_timeout_ms)
         entry = _InFlight(request, callback, timeout, self.clock.now_ms() + timeout, node_id)
         with self._lock:
             request_id = request["request_id"]

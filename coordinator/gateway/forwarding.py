@@ -36,6 +36,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
+from coordinator.client.transport import answer_timeout_ms
 from coordinator.config import CoordinatorConfig
 from coordinator.engine import CoordinatorNode, GroupCoordinator
 from coordinator.gateway.backend import cannot_serve
@@ -48,8 +49,6 @@ T = TypeVar("T")
 #: librdkafka), so that a client hears COORDINATOR_NOT_AVAILABLE and looks the coordinator up
 #: again rather than timing out and closing its connection.
 DEFAULT_REQUEST_TIMEOUT_MS = 25_000
-#: Kafka's JOIN_GROUP_TIMEOUT_LAPSE: a JoinGroup may be parked for its whole rebalance timeout.
-JOIN_GROUP_TIMEOUT_LAPSE_MS = 5_000
 
 
 @dataclass(slots=True)
@@ -118,13 +117,7 @@ class JobBackend:
             (answer,) = self._local.handle(request, 0)
             return answer
         key = str(request["request_id"])
-        timeout_ms = self.request_timeout_ms
-        if request.get("api") == "join_group" and isinstance(
-            request.get("rebalance_timeout_ms"), int
-        ):
-            timeout_ms = max(
-                timeout_ms, request["rebalance_timeout_ms"] + JOIN_GROUP_TIMEOUT_LAPSE_MS
-            )
+        timeout_ms = answer_timeout_ms(request, self.request_timeout_ms)
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._waiting[key] = _Waiting(request, future, time.monotonic() + timeout_ms / 1000)
         self._queued.append(request)

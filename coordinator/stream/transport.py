@@ -15,13 +15,15 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-from coordinator.client.transport import Callback, Clock, SystemClock, transport_error
+from coordinator.client.transport import (
+    Callback,
+    Clock,
+    SystemClock,
+    answer_timeout_ms,
+    transport_error,
+)
 from coordinator.errors import Error
 from coordinator.stream.client import StreamClient
-
-#: Kafka's ``JOIN_GROUP_TIMEOUT_LAPSE``: a JoinGroup may be parked for the whole rebalance
-#: timeout, so the client waits that long plus this before giving up on it.
-JOIN_GROUP_TIMEOUT_LAPSE_MS = 5_000
 
 
 @dataclass(slots=True)
@@ -76,11 +78,7 @@ class StreamTransport:
         request_id = request["request_id"]
         if request_id in self._in_flight:
             raise ValueError(f"request id {request_id!r} is already in flight")
-        timeout = self.request_timeout_ms
-        if request.get("api") == "join_group":
-            rebalance = request.get("rebalance_timeout_ms")
-            if isinstance(rebalance, int):
-                timeout = max(timeout, rebalance + JOIN_GROUP_TIMEOUT_LAPSE_MS)
+        timeout = answer_timeout_ms(request, self.request_timeout_ms)
         self._in_flight[request_id] = _InFlight(
             request, callback, timeout, self.clock.now_ms() + timeout
         )
