@@ -93,15 +93,21 @@ class EmbeddedBackend:
     async def start(self, node: CoordinatorNode) -> None:
         self._node = node
         if self.warehouse is not None:
-            records = await asyncio.to_thread(self._open_log)
-            self.engine = GroupCoordinator.from_records(records, self.config, wall_ms(), node=node)
-            self._dirty = set(self._summaries) | set(self.engine.group_ids())
+            self._load(await asyncio.to_thread(self._open_log))
         else:
             self.engine = GroupCoordinator(self.config, node=node)
         self._tasks = [
             asyncio.create_task(self._scheduler(), name="gateway-scheduler"),
             asyncio.create_task(self._writer(), name="gateway-log-writer"),
         ]
+
+    def _load(self, records: list[dict[str, Any]]) -> None:
+        """The engine becomes what the log holds (Kafka's load on failover); every group, and
+        every group_state row of an earlier run, gets its summary compared again."""
+        self.engine = GroupCoordinator.from_records(
+            records, self.config, wall_ms(), node=self._node
+        )
+        self._dirty = set(self._summaries) | set(self.engine.group_ids())
 
     def _open_log(self) -> list[dict[str, Any]]:
         from deltalake import DeltaTable
@@ -247,10 +253,7 @@ class EmbeddedBackend:
                     return
                 log.exception("reading the log failed; trying again in %.1f s", RELOAD_RETRY_S)
                 await asyncio.sleep(RELOAD_RETRY_S)
-        self.engine = GroupCoordinator.from_records(
-            records, self.config, wall_ms(), node=self._node
-        )
-        self._dirty = set(self._summaries) | set(self.engine.group_ids())
+        self._load(records)
         self._loading = False
         self._wake.set()
 
