@@ -1,4 +1,4 @@
-"""Interoperability scenarios (issue 10) run with real Kafka clients against the gateway.
+"""Interoperability scenarios run with real Kafka clients against the gateway.
 
 Each client (kafka-python, aiokafka, confluent-kafka) is driven through its own API only: a
 :class:`Member` owns one consumer in its own thread (as an application runs it) and records

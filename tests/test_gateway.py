@@ -1,4 +1,4 @@
-"""The Kafka wire-protocol gateway (issue 10): kio codec round trips, bad frames, and real
+"""The Kafka wire-protocol gateway: kio codec round trips, bad frames, and real
 kafka-python consumers forming a group through the embedded gateway."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""aiokafka 0.14.0 against the gateway (issue 10, interoperability): its AIOKafkaConsumer and
+"""aiokafka 0.14.0 against the gateway (interoperability): its AIOKafkaConsumer and
 AIOKafkaAdminClient, with its own codec (never kio), through the scenarios of
 tests/client_scenarios.py and its admin API.
 

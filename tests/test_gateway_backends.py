@@ -1,4 +1,4 @@
-"""The gateway's back ends (issue 10): the embedded engine when its log write fails, and the
+"""The gateway's back ends: the embedded engine when its log write fails, and the
 Spark-job back end (requests into the job's inbox, answers from its ``responses`` table), first
 with the job's micro-batch run without Spark (:class:`LocalJob`), then through the real job."""
 

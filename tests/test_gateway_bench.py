@@ -1,12 +1,12 @@
-"""`coordinator bench gateway` (issue 10): its machinery at a tiny size against our gateway only,
+"""`coordinator bench gateway`: its machinery at a tiny size against our gateway only,
 a missing peer reported and skipped, and the report's ratios and goal."""
 
 from __future__ import annotations
 
 import pytest
 
-from coordinator.gateway import bench
-from coordinator.gateway.bench import GatewayBenchOptions, compare, format_report, gateway_bench
+from coordinator.bench import gateway as bench
+from coordinator.bench.gateway import GatewayBenchOptions, compare, format_report, gateway_bench
 
 
 @pytest.mark.slow

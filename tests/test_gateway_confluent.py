@@ -1,4 +1,4 @@
-"""confluent-kafka 2.16.1 (librdkafka 2.16.0) against the gateway (issue 10, interoperability):
+"""confluent-kafka 2.16.1 (librdkafka 2.16.0) against the gateway (interoperability):
 its Consumer and AdminClient, with librdkafka's own codec (never kio), through the scenarios of
 tests/client_scenarios.py and its admin API.
 

@@ -1,4 +1,4 @@
-"""kafka-python 3.0.12 against the gateway (issue 10, interoperability): its KafkaConsumer and
+"""kafka-python 3.0.12 against the gateway (interoperability): its KafkaConsumer and
 KafkaAdminClient, with its own codec (never kio), through the scenarios of
 tests/client_scenarios.py and its admin API."""
 

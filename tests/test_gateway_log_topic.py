@@ -1,4 +1,4 @@
-"""The log as a topic (issue 10): Fetch on ``__consumer_offsets`` serves the ``consumer_offsets``
+"""The log as a topic: Fetch on ``__consumer_offsets`` serves the ``consumer_offsets``
 Delta table as Kafka v2 record batches with the byte-exact keys and values, so that tools that
 read Kafka's ``__consumer_offsets`` read ours. Batches are decoded by kafka-python's own record
 reader (never by ours), and kcat (librdkafka) reads the topic end to end."""

@@ -1,4 +1,4 @@
-"""Crash recovery, tested by killing (issue 9, part 1).
+"""Crash recovery, tested by killing.
 
 The job runs as a subprocess (``python -m coordinator run``) in its own session, under a steady
 workload of live :class:`GroupMember`s over :class:`StreamTransport` in this process: two
@@ -64,13 +64,13 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
+from coordinator.bench.soak import processes
 from coordinator.client.assignors import TopicPartition
 from coordinator.client.member import GroupMember, MemberConfig, MemberState
 from coordinator.client.transport import SystemClock
 from coordinator.stream.client import ResponseReader, StreamClient
 from coordinator.stream.job import FAULT_ENV
 from coordinator.stream.schema import TABLES, Warehouse, response_request_id
-from coordinator.stream.soak import processes
 from coordinator.stream.transport import StreamTransport
 
 pytestmark = pytest.mark.slow

@@ -1,6 +1,6 @@
 """The operator's alternatives that ``coordinator bench stream`` measures: the state store
 (``job.state.store``), Arrow batch sizes (a group's rows split over several pandas frames) and the
-experimental ``transformWithStateInPandas`` operator (:mod:`coordinator.stream.tws`).
+experimental ``transformWithStateInPandas`` operator (:mod:`coordinator.bench.tws`).
 
 The fast tests drive the Spark functions with stand-ins for Spark's state handles; the slow ones
 run the job on the shared SparkSession."""
@@ -17,9 +17,11 @@ from typing import Any
 import pandas as pd
 import pytest
 
+from coordinator.bench import stream as bench
+from coordinator.bench import tws
 from coordinator.config import CoordinatorConfig
 from coordinator.group.snapshot import decode_group
-from coordinator.stream import bench, job, tws
+from coordinator.stream import job
 from coordinator.stream import operator as op
 from coordinator.stream.settings import (
     CHANGELOG_CHECKPOINTING,
@@ -418,7 +420,7 @@ def test_the_job_runs_on_rocksdb_and_its_checkpoint_keeps_it(spark: Any, tmp_pat
 
 
 class TwsCoordinator(RunningCoordinator):
-    """The job with :func:`coordinator.stream.tws.tws_stream` as its operator."""
+    """The job with :func:`coordinator.bench.tws.tws_stream` as its operator."""
 
     def start(self) -> TwsCoordinator:
         assert self.running is None

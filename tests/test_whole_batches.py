@@ -1,4 +1,4 @@
-"""Readers never see half a micro-batch (issue 9, part 4).
+"""Readers never see half a micro-batch.
 
 The sink commits the tables one after another (``consumer_offsets``, ``rejected_requests``,
 ``group_history``, ``group_state``, then ``responses``), so a reader that simply takes each

@@ -49,12 +49,13 @@ from typing import Any
 import pyarrow as pa
 from deltalake import DeltaTable
 
+from coordinator.bench import stream as bench
+from coordinator.bench.stream import StreamBenchOptions, percentile
 from coordinator.client.member import GroupMember, MemberConfig, MemberState
 from coordinator.client.simulation import MemberLink
 from coordinator.client.transport import Callback, SystemClock
 from coordinator.errors import Error
-from coordinator.stream import bench, job
-from coordinator.stream.bench import StreamBenchOptions, percentile
+from coordinator.stream import job
 from coordinator.stream.client import StreamClient
 from coordinator.stream.schema import GROUP_STATE, TABLES
 from coordinator.stream.settings import Settings

@@ -1,7 +1,7 @@
 """``coordinator bench stream``: heartbeat round trips through the Spark job, against a floor.
 
 For each mode (``group`` and ``shard``: the job keyed by group id or by offsets partition;
-``tws``: the experimental ``transformWithStateInPandas`` operator of :mod:`coordinator.stream.tws`
+``tws``: the experimental ``transformWithStateInPandas`` operator of :mod:`coordinator.bench.tws`
 keyed by group id, on RocksDB; ``floor``: the same inbox source and Delta sink around a state
 function that answers every line NONE and decides nothing) this module starts the query on one
 shared SparkSession with a fresh warehouse and checkpoint, forms G groups of M members with raw
@@ -55,7 +55,8 @@ from urllib.parse import unquote
 
 import pyarrow.parquet as pq
 
-from coordinator.stream import job, operator, tws
+from coordinator.bench import tws
+from coordinator.stream import job, operator
 from coordinator.stream.client import Inbox, ResponseReader, StreamClient
 from coordinator.stream.schema import CONSUMER_OFFSETS, RESPONSES, Warehouse
 from coordinator.stream.settings import (
