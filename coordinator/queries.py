@@ -20,6 +20,12 @@ Who held ``orders-3`` at noon (``members_history`` is one row per member per gen
       AND valid_from_ms <= unix_millis(TIMESTAMP '2027-01-15 12:00:00')
       AND (valid_to_ms IS NULL OR valid_to_ms > unix_millis(TIMESTAMP '2027-01-15 12:00:00'))
 
+**Retention.** A time or log version older than the warehouse keeps (``job.retention.*``,
+:mod:`coordinator.stream.retention`) is refused when the Queries is made
+(:class:`~coordinator.admin.tables.AsOfError`: where history starts and the setting), and a raw
+table read at a cut it no longer holds whole is refused too; :meth:`Queries.history_start` says
+where the history of "now" starts.
+
 **One cut.** A :class:`Queries` resolves one :class:`~coordinator.admin.tables.Cut` when it is
 made (:meth:`WarehouseReader.cut <coordinator.admin.tables.WarehouseReader.cut>`: the last batch
 every table holds now, at a time, or at a version of the ``consumer_offsets`` log) and every
@@ -60,7 +66,7 @@ import pyarrow as pa
 from deltalake import DeltaTable
 
 from coordinator.admin import history
-from coordinator.admin.tables import AsOf, Cut, WarehouseReader
+from coordinator.admin.tables import AsOf, Cut, WarehouseReader, format_ms
 from coordinator.log.records import GROUP_METADATA, OFFSET_COMMIT
 from coordinator.stream.schema import (
     CONSUMER_OFFSETS,
@@ -300,9 +306,19 @@ class Queries:
             raise ValueError(f"no table {name!r} (tables: {', '.join(sorted(TABLE_SCHEMAS))})")
         if self.cut.batch_id is None:
             return self._empty(TABLE_SCHEMAS[name])
+        self.reader.check_kept(self.cut, (name,))
         from pyspark.sql import functions as F
 
         return self._files(name).where(F.col("batch_id") <= F.lit(self.cut.batch_id))
+
+    def history_start(self) -> str | None:
+        """Where the groups' history starts when retention has dropped older rows ("history
+        starts at <time> (<setting>)"), None when the warehouse still holds all of it. A cut
+        before it is refused (:class:`~coordinator.admin.tables.AsOfError`) when made."""
+        kept = self.reader.history_start()
+        if kept is None:
+            return None
+        return f"history starts at {format_ms(kept.timestamp_ms)} ({kept.setting})"
 
     # --- groups ---------------------------------------------------------------------------------
 

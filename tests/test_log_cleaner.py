@@ -150,7 +150,7 @@ def busy_coordinator() -> Ctx:
         ctx.commit({("s", 0): round_, ("s", 1): round_}, group_id="standalone")
     # payments rebalances: a second member joins, the first rejoins, both sync generation 2.
     member, _ = members["payments"]
-    second, second_join = ctx.dynamic_join(group_id="payments", **timeouts)
+    second, _ = ctx.dynamic_join(group_id="payments", **timeouts)
     first_join = ctx.join(member, group_id="payments", **timeouts)
     joined = ctx.answer(first_join)
     assert joined is not None and joined["error"] is None, joined

@@ -46,7 +46,7 @@ CONFIG = CoordinatorConfig(
     group_min_session_timeout_ms=10,
     offsets_topic_num_partitions=3,
 )
-NO_HOUSEKEEPING = Housekeeping(0, 0, 0)
+NO_HOUSEKEEPING = Housekeeping(0, 0, 0, retention_every_batches=0)
 GROUPS = ["alpha", "beta", "gamma", "delta", "epsilon"]
 
 

@@ -12,6 +12,11 @@ on ``responses``, the marker), or the batch of a version of the log (``consumer_
 version N, as Delta numbers its commits). Group state as of a cut is the last
 ``group_history`` row per group at or before it; ``group_state`` (one current row per group,
 a merge table) answers only "now", where it is the fast path for ``--list``.
+
+Retention (:mod:`coordinator.stream.retention`) bounds the past: a cut older than what the
+tables keep (a table's ``keptFromBatch`` property), or a time or log version older than the
+Delta log keeps, is refused with :class:`AsOfError` naming where history starts and the setting
+that decides it, rather than answered from what is left.
 """
 
 from __future__ import annotations
@@ -32,16 +37,26 @@ from deltalake import DeltaTable
 
 from coordinator.config import CoordinatorConfig
 from coordinator.log.partitioning import partition_for
+from coordinator.stream.retention import LOG_RETENTION, KeptFrom
 from coordinator.stream.schema import (
     CONSUMER_OFFSETS,
     GROUP_HISTORY,
     GROUP_STATE,
     PARTITION_BY,
+    REJECTED_REQUESTS,
     RESPONSES,
     TABLE_SCHEMAS,
     Warehouse,
 )
 from coordinator.stream.settings import IDENTITY_FILE
+
+#: What a table's rows are, in a refusal ("offsets as of ... are no longer kept").
+_KEPT_WHAT = {
+    CONSUMER_OFFSETS: "offsets",
+    GROUP_HISTORY: "group states",
+    RESPONSES: "responses",
+    REJECTED_REQUESTS: "rejected requests",
+}
 
 
 class AsOfError(ValueError):
@@ -177,9 +192,39 @@ class WarehouseReader:
             responses = self.table(RESPONSES)
             return Cut(None if responses is None else responses.transaction_version(app))
         if as_of.log_version is not None:
-            return Cut(self._log_version_batch(as_of.log_version), as_of)
-        assert as_of.timestamp_ms is not None
-        return Cut(self._batch_at(as_of.timestamp_ms), as_of)
+            cut = Cut(self._log_version_batch(as_of.log_version), as_of)
+        else:
+            assert as_of.timestamp_ms is not None
+            cut = Cut(self._batch_at(as_of.timestamp_ms), as_of)
+        self.check_kept(cut)
+        return cut
+
+    # --- what retention kept ---------------------------------------------------------------------
+
+    def kept_from(self, name: str) -> KeptFrom | None:
+        """Where table ``name``'s history starts (None: retention never dropped rows there)."""
+        table = self.table(name)
+        return None if table is None else KeptFrom.of(table.metadata().configuration)
+
+    def history_start(self) -> KeptFrom | None:
+        """Where the groups' history starts: the later of the log's and ``group_history``'s."""
+        log, states = self.kept_from(CONSUMER_OFFSETS), self.kept_from(GROUP_HISTORY)
+        return states if log is None else log.later(states)
+
+    def check_kept(
+        self, cut: Cut, names: Iterable[str] = (CONSUMER_OFFSETS, GROUP_HISTORY)
+    ) -> None:
+        """Refuse a past cut that a table no longer holds whole (``AsOfError``)."""
+        if cut.now or cut.batch_id is None:
+            return
+        for name in names:
+            kept = self.kept_from(name)
+            if kept is not None and cut.batch_id < kept.batch_id:
+                assert cut.as_of is not None
+                raise AsOfError(
+                    f"{_KEPT_WHAT.get(name, name)} as of {cut.as_of.describe()} are no longer "
+                    f"kept: history starts at {format_ms(kept.timestamp_ms)} ({kept.setting})"
+                )
 
     def _newest_batch(self, table: DeltaTable) -> int | None:
         """The newest batch of any of our app ids the table holds (at its loaded version)."""
@@ -191,6 +236,13 @@ class WarehouseReader:
         path = str(self.paths.table(RESPONSES))
         if not DeltaTable.is_deltatable(path):
             return None
+        start = _log_start(self.paths.table(RESPONSES))
+        if start is not None and start[0] > 0 and timestamp_ms < start[1]:
+            raise AsOfError(
+                f"the warehouse as of {format_ms(timestamp_ms)} is no longer kept: the Delta "
+                f"log of {RESPONSES}, which says which batch was complete then, starts at "
+                f"{format_ms(start[1])} ({_log_retention(self.table(RESPONSES))})"
+            )
         table = DeltaTable(path)
         try:
             table.load_as_version(datetime.fromtimestamp(timestamp_ms / 1000, UTC))
@@ -205,6 +257,12 @@ class WarehouseReader:
         if log is None or version > log.version():
             newest = None if log is None else log.version()
             raise AsOfError(f"the log has no version {version} (newest: {newest})")
+        start = _log_start(self.paths.table(CONSUMER_OFFSETS))
+        if start is not None and version < start[0]:
+            raise AsOfError(
+                f"log version {version} is no longer kept: the Delta log of {CONSUMER_OFFSETS} "
+                f"starts at version {start[0]} ({format_ms(start[1])}; {_log_retention(log)})"
+            )
         try:
             at = DeltaTable(str(self.paths.table(CONSUMER_OFFSETS)), version=version)
         except Exception as problem:
@@ -317,6 +375,30 @@ class WarehouseReader:
             table.load_as_version(moment)
         rows: list[dict[str, Any]] = _only_groups(table.to_pyarrow_table(), wanted).to_pylist()
         return [r for r in rows if r["batch_id"] <= cut.batch_id]
+
+
+def _log_start(table: Path) -> tuple[int, int] | None:
+    """The oldest commit a table's Delta log still holds: (version, commit time in epoch ms),
+    None without a log. Older commits were removed by ``cleanup_metadata``."""
+    log_dir = table / "_delta_log"
+    versions = [int(p.stem) for p in log_dir.glob("*.json") if p.stem.isdigit()]
+    if not versions:
+        return None
+    oldest = min(versions)
+    commit = log_dir / f"{oldest:020d}.json"
+    try:
+        for line in commit.read_text(encoding="utf-8").splitlines():
+            info = json.loads(line).get("commitInfo")
+            if info and "timestamp" in info:
+                return oldest, int(info["timestamp"])
+        return oldest, int(commit.stat().st_mtime * 1000)
+    except FileNotFoundError:  # removed meanwhile: the log starts later still
+        return _log_start(table)
+
+
+def _log_retention(table: DeltaTable | None) -> str:
+    value = None if table is None else table.metadata().configuration.get(LOG_RETENTION)
+    return f"delta.logRetentionDuration={value or 'interval 30 days'}, job.delta.log.retention.ms"
 
 
 def _files_by_partition(table: DeltaTable, columns: list[str]) -> dict[Any, list[str]]:

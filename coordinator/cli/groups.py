@@ -396,6 +396,13 @@ class Context:
             return ",".join(short_member_id(m) for m in members) or "-"
 
         rebalances = found["rebalances"]
+        kept = self.reader.history_start()
+        if kept is not None:
+            self.output.document["history_starts_at"] = format_ms(kept.timestamp_ms)
+            self.output.line(
+                f"(history starts at {format_ms(kept.timestamp_ms)}: older rebalances and "
+                f"commits are no longer kept, {kept.setting})"
+            )
         self.output.line(f"Rebalances of group '{group_id}' ({len(rebalances)}):")
         self.output.table(
             (10, 24, 24, 10, 10, 24, 8, 24, 24, None),

@@ -100,10 +100,9 @@ def plan_partition(
     drop_tombstones_at = policy.tombstone_horizon_ms(now_ms)
     keep = [True] * count
     for index in range(cleanable):
-        if last[keys[index]] != index:
-            keep[index] = False
-        elif tombstones[index] and timestamps_ms[index] <= drop_tombstones_at:
-            keep[index] = False
+        superseded = last[keys[index]] != index
+        expired = tombstones[index] and timestamps_ms[index] <= drop_tombstones_at
+        keep[index] = not (superseded or expired)
     return PartitionPlan(offsets_partition, keep, cleanable)
 
 

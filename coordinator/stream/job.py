@@ -509,6 +509,8 @@ def batch_sink(
         checkpoint_every_batches=job.checkpoint_every_batches,
         vacuum_every_batches=job.vacuum_every_batches,
         vacuum_retention_hours=job.vacuum_retention_hours,
+        retention_every_batches=job.retention_every_batches,
+        retention=job.retention(),
     )
     return BatchSink(
         DeltaSink(job.paths.tables, identity.app_id, housekeeping),

@@ -29,6 +29,7 @@ from typing import Any
 from coordinator.cli.settings import read_properties
 from coordinator.config import CoordinatorConfig
 from coordinator.stream.operator import KEY_MODES
+from coordinator.stream.retention import Retention
 from coordinator.stream.schema import Warehouse
 
 #: The repository's ``conf/`` directory (present in a checkout and beside ``jobs/``).
@@ -91,7 +92,21 @@ class JobSettings:
     compact_every_batches: int = 100
     checkpoint_every_batches: int = 100
     vacuum_every_batches: int = 1000
-    vacuum_retention_hours: int = 168
+    vacuum_retention_hours: int = 1
+    #: Retention (:mod:`coordinator.stream.retention`), every N micro-batches (0 disables).
+    retention_every_batches: int = 100
+    #: The history window: no compaction of consumer_offsets, no trimming of group_history
+    #: inside it (Kafka's ``min.compaction.lag.ms`` for the log).
+    retention_history_ms: int = 7 * 86_400_000
+    retention_responses_ms: int = 3_600_000
+    retention_rejected_requests_ms: int = 7 * 86_400_000
+    retention_archive_ms: int = 86_400_000
+    #: Kafka's ``delete.retention.ms``, ``min.cleanable.dirty.ratio`` for consumer_offsets.
+    offsets_delete_retention_ms: int = 86_400_000
+    offsets_min_cleanable_dirty_ratio: float = 0.5
+    offsets_cleaner_rows_per_run: int = 1_000_000
+    #: ``delta.logRetentionDuration`` of every table (time travel needs the Delta log).
+    delta_log_retention_ms: int = 7 * 86_400_000
 
     def __post_init__(self) -> None:
         if self.state_key not in KEY_MODES:
@@ -104,6 +119,42 @@ class JobSettings:
         for name in ("trigger_interval_ms", "shards", "max_files_per_trigger", "max_request_bytes"):
             if getattr(self, name) < 1:
                 raise ValueError(f"job.{name.replace('_', '.')} must be >= 1")
+        for name in (
+            "compact_every_batches",
+            "checkpoint_every_batches",
+            "vacuum_every_batches",
+            "vacuum_retention_hours",
+            "retention_every_batches",
+        ):
+            if getattr(self, name) < 0:
+                raise ValueError(
+                    f"{_key(name)} must be >= 0 (0 disables), got {getattr(self, name)}"
+                )
+        self.retention()
+
+    def retention(self) -> Retention:
+        """The retention these settings ask for (``job.retention.*``, ``job.offsets.*``)."""
+        fields = {
+            "history_ms": "retention_history_ms",
+            "responses_ms": "retention_responses_ms",
+            "rejected_requests_ms": "retention_rejected_requests_ms",
+            "archive_ms": "retention_archive_ms",
+            "offsets_delete_retention_ms": "offsets_delete_retention_ms",
+            "offsets_min_cleanable_dirty_ratio": "offsets_min_cleanable_dirty_ratio",
+            "offsets_cleaner_rows_per_run": "offsets_cleaner_rows_per_run",
+            "delta_log_retention_ms": "delta_log_retention_ms",
+        }
+        for mine in fields.values():
+            value = getattr(self, mine)
+            if mine == "offsets_min_cleanable_dirty_ratio":
+                if not 0 < value <= 1:
+                    raise ValueError(f"{_key(mine)} must be in (0, 1], got {value!r}")
+            elif value < 1:
+                raise ValueError(f"{_key(mine)} must be at least 1, got {value!r}")
+        return Retention(
+            **{theirs: getattr(self, mine) for theirs, mine in fields.items()},
+            archive_dir=str(self.paths.archive) if self.clean_source == "archive" else None,
+        )
 
     @property
     def paths(self) -> Warehouse:
@@ -120,6 +171,11 @@ class Settings:
     spark: dict[str, str]
 
 
+def _key(name: str) -> str:
+    """A JobSettings field's key in ``job.properties``."""
+    return "job." + name.replace("_", ".")
+
+
 def _job_from(values: dict[str, str]) -> JobSettings:
     fields = {f.name: f for f in dataclasses.fields(JobSettings)}
     kwargs: dict[str, Any] = {}
@@ -128,7 +184,15 @@ def _job_from(values: dict[str, str]) -> JobSettings:
         if name not in fields:
             raise ValueError(f"unknown job setting {key!r}")
         default = fields[name].default
-        kwargs[name] = type(default)(value) if isinstance(default, (int, float)) else value
+        if isinstance(default, (int, float)):
+            kind = type(default)
+            try:
+                kwargs[name] = kind(value)
+            except ValueError:
+                noun = "an integer" if kind is int else "a number"
+                raise ValueError(f"{key}={value!r}: expected {noun}") from None
+        else:
+            kwargs[name] = value
     return JobSettings(**kwargs)
 
 

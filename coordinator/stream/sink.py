@@ -36,8 +36,12 @@ to N: :func:`last_complete_batch` is the ``responses`` table's transaction versi
 Idle batches (Spark runs one on every trigger once timeouts are on) write nothing and do not
 move the marker; a cut at the marker is still consistent.
 
-Housekeeping (compaction, checkpoints, vacuum, log cleanup) runs from here, every N batch ids,
-so that the stream stays the only writer of its tables.
+Housekeeping (retention, compaction, checkpoints, vacuum, log cleanup) runs from here, every N
+batch ids, so that the stream stays the only writer of its tables. Retention
+(:mod:`coordinator.stream.retention`) compacts ``consumer_offsets`` as Kafka's log cleaner does
+outside the history window, trims ``group_history``, deletes old ``responses`` and
+``rejected_requests`` and old archived inbox files; none of its commits carries an app
+transaction, so the batch markers stay where they are.
 
 Schema evolution. Opening a table written by an older release adds the columns it lacks
 (nullable, at the end; older rows read them as null), e.g. ``group_state``'s
@@ -64,6 +68,7 @@ from coordinator.engine import list_groups_response
 from coordinator.log.records import RECORD_FIELDS
 from coordinator.requests import Request
 from coordinator.stream import schema
+from coordinator.stream.retention import DEFAULT_RETENTION, Retainer, Retention
 from coordinator.stream.schema import (
     CONSUMER_OFFSETS,
     GROUP_HISTORY,
@@ -102,12 +107,17 @@ class Housekeeping:
     Never on every batch: each task costs from a few ms (checkpoint) to a rewrite of small
     files (compaction), and each append leaves one small file per table (per partition for
     ``consumer_offsets``). delta-rs also checkpoints by itself every 100 table versions
-    (``delta.checkpointInterval``)."""
+    (``delta.checkpointInterval``). Retention runs first (it removes rows, which compaction
+    then packs), every ``retention_every_batches``."""
 
     compact_every_batches: int = 100
     checkpoint_every_batches: int = 100
     vacuum_every_batches: int = 1000
-    vacuum_retention_hours: int = 168
+    #: Removed files are kept this long (``delta.deletedFileRetentionDuration``): readers list
+    #: a table's files and read them within seconds, and none time-travels to old data files.
+    vacuum_retention_hours: int = 1
+    retention_every_batches: int = 100
+    retention: Retention = DEFAULT_RETENTION
 
     def __post_init__(self) -> None:
         for name in (
@@ -115,6 +125,7 @@ class Housekeeping:
             "checkpoint_every_batches",
             "vacuum_every_batches",
             "vacuum_retention_hours",
+            "retention_every_batches",
         ):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must not be negative")
@@ -173,6 +184,7 @@ class DeltaSink:
         #: Test-only (``job.fault_injection``): called with (table, batch id) right after each
         #: commit of a batch's rows; None (the default) costs one check per commit.
         self.after_commit: Callable[[str, int], None] | None = None
+        self._retainer = Retainer(housekeeping.retention, housekeeping.vacuum_retention_hours)
         self._load()
 
     # --- the public surface ---------------------------------------------------------------------
@@ -216,7 +228,7 @@ class DeltaSink:
         except BaseException:
             self._tables_stale = True
             raise
-        self._housekeep(batch_id, report)
+        self._housekeep(batch_id, report, emitted_at_ms)
         return report
 
     def last_batch(self) -> int | None:
@@ -392,34 +404,41 @@ class DeltaSink:
     def _commit_properties(self, batch_id: int) -> CommitProperties:
         return CommitProperties(app_transactions=[Transaction(self.app_id, batch_id)])
 
-    def _housekeep(self, batch_id: int, report: BatchReport) -> None:
+    def _housekeep(self, batch_id: int, report: BatchReport, now_ms: int) -> None:
         """Maintenance on the batch ids the schedule names, idle batches included (Spark's
         batch ids are contiguous, so every multiple comes once; an idle batch is the cheapest
-        time). Compaction first (fewer, larger files), then a checkpoint of the result, then
-        vacuum of the files compaction and merges removed, then expired log files.
+        time). Retention first (on the batch's clock ``now_ms``), then compaction (fewer,
+        larger files), then a checkpoint of the result, then vacuum of the files compaction,
+        merges and retention removed, then expired log files.
 
         A failed task is logged and reported, not raised: the batch's data is already
         committed, and raising would make Spark re-run the batch, which would fail the same
         way on every replay and stall the stream. Compaction does not touch app transactions
         (it commits with none, and the snapshot keeps the latest per app id)."""
         hk = self.housekeeping
-        tasks: list[tuple[str, Callable[[DeltaTable], str]]] = []
+        tasks: list[tuple[str, Callable[[str, DeltaTable], str]]] = []
+        if hk.due(hk.retention_every_batches, batch_id):
+            tasks.append(
+                ("retention", lambda name, dt: self._retainer.table_task(name, dt, now_ms))
+            )
         if hk.due(hk.compact_every_batches, batch_id):
-            tasks.append(("compact", _compact))
+            tasks.append(("compact", lambda _, dt: _compact(dt)))
         if hk.due(hk.checkpoint_every_batches, batch_id):
-            tasks.append(("checkpoint", _checkpoint))
+            tasks.append(("checkpoint", lambda _, dt: _checkpoint(dt)))
         if hk.due(hk.vacuum_every_batches, batch_id):
-            tasks.append(("vacuum", lambda dt: _vacuum(dt, hk.vacuum_retention_hours)))
+            tasks.append(("vacuum", lambda _, dt: _vacuum(dt, hk.vacuum_retention_hours)))
         if hk.due(hk.checkpoint_every_batches, batch_id):
-            tasks.append(("cleanup_metadata", _cleanup_metadata))
+            tasks.append(("cleanup_metadata", lambda _, dt: _cleanup_metadata(dt)))
         if not tasks:
             return
         all_started = time.perf_counter()
+        if hk.due(hk.retention_every_batches, batch_id):
+            self._archive_retention(report, now_ms)
         for task, run in tasks:
             for name in schema.TABLES:
                 started = time.perf_counter()
                 try:
-                    detail = run(self._tables[name])
+                    detail = run(name, self._tables[name])
                 except Exception as error:  # see the docstring: never stall the stream
                     self._tables_stale = True
                     log.warning("housekeeping %s on %s failed", task, name, exc_info=True)
@@ -428,6 +447,17 @@ class DeltaSink:
                 suffix = f" ({detail})" if detail else ""
                 report.housekeeping.append(f"{task} {name}: {_ms_since(started):.1f} ms{suffix}")
         report.housekeeping_ms = _ms_since(all_started)
+
+    def _archive_retention(self, report: BatchReport, now_ms: int) -> None:
+        started = time.perf_counter()
+        try:
+            detail = self._retainer.archive_task(now_ms)
+        except Exception as error:  # as a table's task: never stall the stream
+            log.warning("housekeeping retention on the archive failed", exc_info=True)
+            report.housekeeping.append(f"retention archive: FAILED {error}")
+            return
+        if detail is not None:
+            report.housekeeping.append(f"retention archive: {_ms_since(started):.1f} ms ({detail})")
 
 
 def _group_columns(groups: list[dict[str, Any]], batch_id: int, at_ms: int) -> dict[str, list[Any]]:

@@ -1,0 +1,429 @@
+"""Retention: what the job's tables and its archive keep, enforced by the sink's housekeeping.
+
+The sink (:class:`coordinator.stream.sink.DeltaSink`) is the only writer of the tables, so
+everything here runs inside it, between two batches, every ``job.retention.every.batches``
+batch ids, on the batch's clock (Spark's batch timestamp; the embedded gateway's wall clock):
+
+- ``consumer_offsets`` is compacted as Kafka's log cleaner compacts ``__consumer_offsets``
+  (:mod:`coordinator.log.cleaner`: the last record per key, tombstones kept for
+  ``job.offsets.delete.retention.ms``), but only records older than the history window
+  ``job.retention.history.ms`` (Kafka's ``min.compaction.lag.ms``): inside the window the log
+  is whole, so ``--as-of``, ``groups history`` and the notebook see every record. Survivors
+  keep their offsets (offsets become sparse, as in Kafka) and the last record of every
+  partition stays, so the log end never moves. As Kafka's cleaner, it picks the partitions
+  whose cleanable part is dirty enough (``job.offsets.min.cleanable.dirty.ratio``; what is
+  dirty is tracked in memory since the sink opened, so the first run after a start cleans
+  every partition once) and reads at most ``job.offsets.cleaner.rows.per.run`` rows per run.
+  A partition is rewritten with one Delta overwrite of the rows before its first uncleanable
+  offset (``offsets_partition = p AND offset < u``): one commit, no app transaction, so every
+  table's ``transaction_version`` (the batch markers) is what it was.
+- ``group_history`` keeps every row inside the window and, before it, each group's last row
+  (unless the group was Dead then): a group quiet for longer than the window still has the
+  summary a cut inside the window needs.
+- ``responses`` and ``rejected_requests`` lose their rows older than
+  ``job.retention.responses.ms`` / ``job.retention.rejected.requests.ms`` (a Delta delete).
+- ``archive/`` (processed inbox files) loses its files older than ``job.retention.archive.ms``.
+- Every table gets ``delta.logRetentionDuration`` (``job.delta.log.retention.ms``) and
+  ``delta.deletedFileRetentionDuration`` (``job.vacuum.retention.hours``), which the sink's
+  ``cleanup_metadata`` and vacuum then apply.
+
+What was dropped is recorded on the table itself, as table properties (:data:`KEPT_FROM_BATCH`,
+:data:`KEPT_FROM_MS`, :data:`KEPT_BY`): rows of batches up to ``kept_from_batch`` may be gone,
+so a cut there can no longer be answered. Readers (:mod:`coordinator.admin.tables`) refuse
+such cuts with that time and setting instead of answering from what is left.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from deltalake import DeltaTable, write_deltalake
+
+from coordinator.log.cleaner import DEFAULT_DELETE_RETENTION_MS, CleanerPolicy, plan_partition
+from coordinator.stream import schema
+from coordinator.stream.schema import (
+    CONSUMER_OFFSETS,
+    GROUP_HISTORY,
+    REJECTED_REQUESTS,
+    RESPONSES,
+)
+
+log = logging.getLogger(__name__)
+
+DAY_MS = 86_400_000
+HOUR_MS = 3_600_000
+#: Table properties recording what retention dropped (see the module docstring).
+KEPT_FROM_BATCH = "coordinator.retention.keptFromBatch"
+KEPT_FROM_MS = "coordinator.retention.keptFromMs"
+KEPT_BY = "coordinator.retention.keptBy"
+LOG_RETENTION = "delta.logRetentionDuration"
+DELETED_FILE_RETENTION = "delta.deletedFileRetentionDuration"
+
+
+@dataclass(frozen=True)
+class Retention:
+    """How long each kind of data is kept (``job.retention.*``, ``job.offsets.*``,
+    ``job.delta.log.retention.ms``; ``conf/job.properties`` explains each)."""
+
+    #: The history window: consumer_offsets is not compacted and group_history not trimmed
+    #: inside it (Kafka's ``min.compaction.lag.ms`` for the log). A week: ``--as-of``, ``groups
+    #: history`` and the notebook answer for the last seven days, the span an operator looks
+    #: back over after an incident, and the default of Kafka's offsets retention.
+    history_ms: int = 7 * DAY_MS
+    #: How long a tombstone outlives the window (Kafka's ``delete.retention.ms``, its default).
+    offsets_delete_retention_ms: int = DEFAULT_DELETE_RETENTION_MS
+    #: A partition is cleaned when this share of its cleanable rows is new since its last
+    #: cleaning (Kafka's ``min.cleanable.dirty.ratio``, its default).
+    offsets_min_cleanable_dirty_ratio: float = 0.5
+    #: At most this many log rows are read by one run (at least one partition is cleaned).
+    offsets_cleaner_rows_per_run: int = 1_000_000
+    #: Answers are read by the client waiting for them within seconds.
+    responses_ms: int = HOUR_MS
+    rejected_requests_ms: int = 7 * DAY_MS
+    archive_ms: int = DAY_MS
+    #: ``delta.logRetentionDuration``: time travel (``--as-of`` a time or a log version) needs
+    #: the Delta log, so by default it covers the history window.
+    delta_log_retention_ms: int = 7 * DAY_MS
+    #: The processed inbox files (None: no archive to clean, e.g. the embedded gateway).
+    archive_dir: str | None = None
+
+    def __post_init__(self) -> None:
+        for name in (
+            "history_ms",
+            "offsets_delete_retention_ms",
+            "responses_ms",
+            "rejected_requests_ms",
+            "archive_ms",
+            "delta_log_retention_ms",
+            "offsets_cleaner_rows_per_run",
+        ):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)!r}")
+        ratio = self.offsets_min_cleanable_dirty_ratio
+        if not 0 < ratio <= 1:
+            raise ValueError(f"offsets_min_cleanable_dirty_ratio must be in (0, 1], got {ratio!r}")
+
+    @property
+    def policy(self) -> CleanerPolicy:
+        return CleanerPolicy(self.history_ms, self.offsets_delete_retention_ms)
+
+
+DEFAULT_RETENTION = Retention()
+
+#: The setting each table's retention comes from (named in readers' refusals).
+SETTING = {
+    CONSUMER_OFFSETS: "job.retention.history.ms",
+    GROUP_HISTORY: "job.retention.history.ms",
+    RESPONSES: "job.retention.responses.ms",
+    REJECTED_REQUESTS: "job.retention.rejected.requests.ms",
+}
+
+
+@dataclass(frozen=True)
+class KeptFrom:
+    """What a table still holds: rows of batches up to ``batch_id`` may be gone (its history
+    starts after it, at ``timestamp_ms``), because of ``setting``."""
+
+    batch_id: int
+    timestamp_ms: int
+    setting: str
+
+    @classmethod
+    def of(cls, configuration: Mapping[str, str]) -> KeptFrom | None:
+        """From a table's properties (None: retention never dropped anything there)."""
+        if KEPT_FROM_BATCH not in configuration:
+            return None
+        return cls(
+            int(configuration[KEPT_FROM_BATCH]),
+            int(configuration.get(KEPT_FROM_MS, "0")),
+            configuration.get(KEPT_BY, ""),
+        )
+
+    def later(self, other: KeptFrom | None) -> KeptFrom:
+        return self if other is None or self.batch_id >= other.batch_id else other
+
+
+def kept_from(table: DeltaTable) -> KeptFrom | None:
+    return KeptFrom.of(table.metadata().configuration)
+
+
+def _record_kept_from(table: DeltaTable, kept: KeptFrom) -> None:
+    """Move the table's marker forward (never back): one metadata commit."""
+    current = kept_from(table)
+    newest = kept.later(current)
+    if newest == current:
+        return
+    table.alter.set_table_properties(
+        {
+            KEPT_FROM_BATCH: str(newest.batch_id),
+            KEPT_FROM_MS: str(newest.timestamp_ms),
+            KEPT_BY: newest.setting,
+        },
+        raise_if_not_exists=False,
+    )
+
+
+def interval(ms: int) -> str:
+    """A duration as Delta's interval text, in the largest whole unit."""
+    for unit, size in (
+        ("days", DAY_MS),
+        ("hours", HOUR_MS),
+        ("minutes", 60_000),
+        ("seconds", 1000),
+    ):
+        if ms % size == 0:
+            return f"interval {ms // size} {unit}"
+    return f"interval {ms} milliseconds"
+
+
+def configure(table: DeltaTable, retention: Retention, deleted_file_retention_hours: int) -> bool:
+    """Set the table's log and deleted-file retention when they differ (a metadata commit);
+    returns whether it did."""
+    wanted = {
+        LOG_RETENTION: interval(retention.delta_log_retention_ms),
+        DELETED_FILE_RETENTION: interval(deleted_file_retention_hours * HOUR_MS),
+    }
+    current = table.metadata().configuration
+    if all(current.get(k) == v for k, v in wanted.items()):
+        return False
+    table.alter.set_table_properties(wanted, raise_if_not_exists=False)
+    return True
+
+
+# --- consumer_offsets: Kafka's cleaner --------------------------------------------------------
+
+
+@dataclass
+class LogCleaner:
+    """Compacts ``consumer_offsets`` (module docstring). Holds, per offsets partition, the
+    first offset not yet cleaned (Kafka's cleaner checkpoint) and the horizon of that cleaning,
+    in memory."""
+
+    retention: Retention
+    first_dirty: dict[int, tuple[int, int]] = field(default_factory=dict)
+
+    def run(self, table: DeltaTable, now_ms: int) -> str:
+        policy = self.retention.policy
+        horizon = policy.horizon_ms(now_ms)
+        chosen = self._choose(table, horizon)
+        removed = read = 0
+        kept: KeptFrom | None = None
+        for partition, rows in chosen:
+            if read and read + rows > self.retention.offsets_cleaner_rows_per_run:
+                break
+            read += rows
+            gone, partition_kept = self._clean_partition(table, partition, now_ms, policy)
+            removed += gone
+            if partition_kept is not None:
+                kept = partition_kept.later(kept)
+        if kept is not None:
+            _record_kept_from(table, kept)
+        return f"{len(chosen)} partitions dirty, {read} rows read, {removed} removed"
+
+    def _choose(self, table: DeltaTable, horizon: int) -> list[tuple[int, int]]:
+        """(partition, rows) of the partitions to clean, dirtiest first (Kafka's choice).
+
+        From the files' statistics alone. Rows below a partition's first dirty offset were
+        cleaned (and are cleanable again). Rows from it on were never cleaned and their
+        offsets are contiguous, so a file holds ``max.offset - max(min.offset, first dirty)
+        + 1`` of them, whose timestamps run from the last cleaning's horizon (or the file's
+        oldest) to the file's newest: the share at or before ``horizon`` is taken as spread
+        evenly over that span."""
+        actions = pa.table(table.get_add_actions(flatten=True))
+        needed = (
+            "partition.offsets_partition",
+            "num_records",
+            "min.offset",
+            "max.offset",
+            "min.timestamp_ms",
+            "max.timestamp_ms",
+        )
+        if actions.num_rows == 0 or not all(n in actions.column_names for n in needed):
+            return []
+        totals: dict[int, int] = {}
+        clean: dict[int, float] = {}
+        dirty: dict[int, float] = {}
+        columns = [actions.column(name).to_pylist() for name in needed]
+        for p, count, low, high, oldest, newest in zip(*columns, strict=True):
+            if p is None or not count or None in (low, high, oldest, newest):
+                continue
+            totals[p] = totals.get(p, 0) + int(count)
+            first_dirty, cleaned_at = self.first_dirty.get(p, (0, None))
+            fresh = max(0, min(int(count), high - max(low, first_dirty) + 1))
+            clean[p] = clean.get(p, 0.0) + (int(count) - fresh)
+            start = oldest if cleaned_at is None or low >= first_dirty else max(oldest, cleaned_at)
+            if fresh == 0 or start > horizon:
+                continue
+            share = 1.0 if newest <= horizon else (horizon - start + 1) / (newest - start + 1)
+            dirty[p] = dirty.get(p, 0.0) + fresh * share
+        ratio = self.retention.offsets_min_cleanable_dirty_ratio
+        ready = []
+        for p, rows in dirty.items():
+            share = rows / (rows + clean.get(p, 0.0))
+            if rows >= 1 and share >= ratio:
+                ready.append((share, p))
+        return [(p, totals[p]) for _, p in sorted(ready, reverse=True)]
+
+    def _clean_partition(
+        self, table: DeltaTable, partition: int, now_ms: int, policy: CleanerPolicy
+    ) -> tuple[int, KeptFrom | None]:
+        rows = table.to_pyarrow_table(filters=[("offsets_partition", "=", partition)])
+        rows = rows.sort_by("offset")
+        offsets = rows.column("offset").to_pylist()
+        plan = plan_partition(
+            partition,
+            rows.column("key").to_pylist(),
+            pc.is_null(rows.column("value")).to_pylist(),
+            rows.column("timestamp_ms").to_pylist(),
+            now_ms,
+            policy,
+        )
+        end = offsets[plan.cleanable] if plan.cleanable < len(offsets) else offsets[-1] + 1
+        self.first_dirty[partition] = (end, policy.horizon_ms(now_ms))
+        if plan.removed == 0:
+            return 0, None
+        cleaned = rows.slice(0, plan.cleanable)
+        survivors = cleaned.filter(pa.array(plan.keep[: plan.cleanable], pa.bool_()))
+        predicate = f"offsets_partition = {partition} AND offset < {end}"
+        if survivors.num_rows == 0:
+            table.delete(predicate)
+        else:
+            data = survivors.select(schema.CONSUMER_OFFSETS_SCHEMA.names).cast(
+                schema.CONSUMER_OFFSETS_SCHEMA
+            )
+            write_deltalake(table, data, mode="overwrite", predicate=predicate)
+        newest_batch = pc.max(cleaned.column("batch_id")).as_py()
+        setting = f"{SETTING[CONSUMER_OFFSETS]}={self.retention.history_ms}"
+        return plan.removed, KeptFrom(int(newest_batch), policy.horizon_ms(now_ms), setting)
+
+
+# --- the other tables -------------------------------------------------------------------------
+
+
+def _oldest(table: DeltaTable, column: str) -> int | None:
+    """The smallest value of ``column`` in the table, from the files' statistics."""
+    actions = pa.table(table.get_add_actions(flatten=True))
+    name = f"min.{column}"
+    if actions.num_rows == 0 or name not in actions.column_names:
+        return None
+    value = pc.min(actions.column(name)).as_py()
+    return None if value is None else int(value)
+
+
+def trim_group_history(table: DeltaTable, now_ms: int, history_ms: int) -> str:
+    """Before the window, keep each group's last row (unless Dead); one overwrite commit."""
+    horizon = now_ms - history_ms
+    oldest = _oldest(table, "updated_at_ms")
+    if oldest is None or oldest > horizon:
+        return "nothing before the window"
+    old = (
+        table.to_pyarrow_dataset()
+        .to_table(filter=pc.field("updated_at_ms") <= horizon)
+        .select(schema.GROUP_HISTORY_SCHEMA.names)
+    )
+    latest: dict[str, int] = {}
+    batches = old.column("batch_id").to_pylist()
+    for index, group_id in enumerate(old.column("group_id").to_pylist()):
+        held = latest.get(group_id)
+        if held is None or batches[index] >= batches[held]:
+            latest[group_id] = index
+    states = old.column("state").to_pylist()
+    keep = sorted(i for i in latest.values() if states[i] != "Dead")
+    if len(keep) == old.num_rows:
+        return f"{old.num_rows} rows before the window, all kept"
+    survivors = old.take(pa.array(keep, pa.int64())).cast(schema.GROUP_HISTORY_SCHEMA)
+    predicate = f"updated_at_ms <= {horizon}"
+    if survivors.num_rows == 0:
+        table.delete(predicate)
+    else:
+        write_deltalake(table, survivors, mode="overwrite", predicate=predicate)
+    newest = int(pc.max(old.column("batch_id")).as_py())
+    setting = f"{SETTING[GROUP_HISTORY]}={history_ms}"
+    _record_kept_from(table, KeptFrom(newest, horizon, setting))
+    return f"{old.num_rows - len(keep)} of {old.num_rows} rows before the window removed"
+
+
+def delete_older(table: DeltaTable, name: str, column: str, now_ms: int, keep_ms: int) -> str:
+    """Delete the rows whose ``column`` is older than ``keep_ms``: one Delta delete."""
+    horizon = now_ms - keep_ms
+    oldest = _oldest(table, column)
+    if oldest is None or oldest >= horizon:
+        return "nothing older"
+    batches = (
+        table.to_pyarrow_dataset()
+        .to_table(columns=["batch_id"], filter=pc.field(column) < horizon)
+        .column("batch_id")
+    )
+    if len(batches) == 0:
+        return "nothing older"
+    metrics = table.delete(f"{column} < {horizon}")
+    setting = f"{SETTING[name]}={keep_ms}"
+    _record_kept_from(table, KeptFrom(int(pc.max(batches).as_py()), horizon, setting))
+    return f"{metrics.get('num_deleted_rows', len(batches))} rows deleted"
+
+
+def remove_old_files(directory: Path, now_ms: int, keep_ms: int) -> str:
+    """Delete the files under ``directory`` last modified more than ``keep_ms`` ago, and the
+    subdirectories that leaves empty (Spark's archive mirrors the inbox's path below it)."""
+    if not directory.is_dir():
+        return "no archive"
+    horizon_s = (now_ms - keep_ms) / 1000
+    removed = 0
+    for root, _dirs, files in os.walk(directory, topdown=False):
+        for name in files:
+            path = Path(root) / name
+            try:
+                if path.stat().st_mtime < horizon_s:
+                    path.unlink()
+                    removed += 1
+            except FileNotFoundError:
+                continue
+        if Path(root) != directory:
+            with contextlib.suppress(OSError):  # only succeeds when empty
+                os.rmdir(root)
+    return f"{removed} files deleted"
+
+
+@dataclass
+class Retainer:
+    """Every retention task of one sink, with the cleaner's memory between runs."""
+
+    retention: Retention
+    deleted_file_retention_hours: int
+    cleaner: LogCleaner = field(init=False)
+    configured: set[str] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        self.cleaner = LogCleaner(self.retention)
+
+    def table_task(self, name: str, table: DeltaTable, now_ms: int) -> str:
+        """The retention of one table (first its Delta retention properties, once)."""
+        notes = []
+        if name not in self.configured:
+            if configure(table, self.retention, self.deleted_file_retention_hours):
+                notes.append("retention properties set")
+            self.configured.add(name)
+        r = self.retention
+        if name == CONSUMER_OFFSETS:
+            notes.append(self.cleaner.run(table, now_ms))
+        elif name == GROUP_HISTORY:
+            notes.append(trim_group_history(table, now_ms, r.history_ms))
+        elif name == RESPONSES:
+            notes.append(delete_older(table, name, "emitted_at_ms", now_ms, r.responses_ms))
+        elif name == REJECTED_REQUESTS:
+            notes.append(
+                delete_older(table, name, "rejected_at_ms", now_ms, r.rejected_requests_ms)
+            )
+        return "; ".join(n for n in notes if n)
+
+    def archive_task(self, now_ms: int) -> str | None:
+        if self.retention.archive_dir is None:
+            return None
+        return remove_old_files(Path(self.retention.archive_dir), now_ms, self.retention.archive_ms)
