@@ -340,3 +340,37 @@ def test_old_archive_files_are_deleted(tmp_path: Path) -> None:
     retention.remove_old_files(tmp_path / "archive", now_ms, 60_000)
     assert not (tmp_path / "archive" / "work").exists(), "emptied directories go too"
     assert (tmp_path / "archive").is_dir()
+
+
+def test_the_log_topic_serves_a_compacted_partition_with_its_offsets(tmp_path: Path) -> None:
+    """Fetch on ``__consumer_offsets`` after compaction: the survivors with their own offsets
+    (sparse, as Kafka's cleaner leaves them), log start 0, the log end unchanged, and a fetch
+    from a cleaned-away offset starts at the next survivor."""
+    from kafka.record import MemoryRecords
+
+    from coordinator.gateway.log_topic import LogTopic
+
+    stream = Stream(tmp_path)
+    following = LogTopic(stream.paths.table(CONSUMER_OFFSETS), 3)
+    for round_ in range(40):
+        stream.step(round_)
+        following.refresh_now()
+    fresh = LogTopic(stream.paths.table(CONSUMER_OFFSETS), 3)
+    fresh.refresh_now()
+    rows = read_log(stream.paths.tables).to_pylist()
+    ends = records_per_partition(stream.ctx)
+    for partition in range(3):
+        kept = [r["offset"] for r in rows if r["offsets_partition"] == partition]
+        assert kept != list(range(ends[partition])), "compacted: offsets are sparse"
+        assert [r.offset for r in fresh.records(partition)] == kept
+        assert fresh.log_start(partition) == 0
+        assert fresh.end_offset(partition) == following.end_offset(partition) == ends[partition]
+        gap = next(o for o in range(ends[partition]) if o not in kept)
+        answer = fresh.fetch_partition(partition, gap, 1 << 20)
+        assert answer["error_code"] == 0 and answer["high_watermark"] == ends[partition]
+        batch = MemoryRecords(answer["records"]).next_batch()
+        assert batch is not None and batch.validate_crc()
+        assert [r.offset for r in batch] == [o for o in kept if o > gap]
+        # The source that followed the table as it was compacted serves the same end and
+        # every survivor (it may still hold records cleaned after it read them).
+        assert set(kept) <= {r.offset for r in following.records(partition)}

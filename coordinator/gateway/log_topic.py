@@ -14,6 +14,13 @@ follows a table written by the embedded back end or by the Spark job.
 Without a table (no warehouse, or a table not created yet) every partition is empty: log start
 and end offset 0.
 
+Offsets may be sparse: the sink's retention compacts the table as Kafka's log cleaner compacts
+``__consumer_offsets`` (:mod:`coordinator.log.cleaner`), keeping the survivors' offsets and the
+last record of every partition. As in Kafka, the log start stays 0 (the cleaner never moves
+it), the end offset is the last offset + 1, and a fetch from an offset that was cleaned away
+returns the records after it. Records the cleaner removes after they were read stay served
+until the table is read whole again (a consumer of a compacted topic may see either).
+
 The answers follow Kafka's broker: ListOffsets' EARLIEST (-2) is the log start, LATEST (-1)
 the end offset (last offset + 1), MAX_TIMESTAMP (-3) the record with the highest timestamp and
 a timestamp the first record at or after it; Fetch returns one v2 record batch from the fetch
@@ -26,6 +33,7 @@ at least one record for the first partition with data (Kafka's ``minOneMessage``
 from __future__ import annotations
 
 import asyncio
+import bisect
 import itertools
 import logging
 import time
@@ -80,6 +88,7 @@ class LogTopic:
         self.interval_s = interval_s
         self._changed = changed
         self._start = [0] * partitions
+        self._end = [0] * partitions
         self._records: list[list[LogRecord]] = [[] for _ in range(partitions)]
         self._table: Any = None  # a deltalake.DeltaTable once the table exists
         self._seen: set[str] = set()
@@ -101,17 +110,20 @@ class LogTopic:
         return self._start[partition]
 
     def end_offset(self, partition: int) -> int:
-        return self._start[partition] + len(self._records[partition])
+        return self._end[partition]
 
     def records(self, partition: int, offset: int = 0) -> list[LogRecord]:
         """The records of ``partition`` from ``offset`` on (a copy)."""
-        start = self._start[partition]
-        return self._records[partition][max(0, offset - start) :]
+        return self._records[partition][self._index(partition, offset) :]
 
     def iter_records(self, partition: int, offset: int = 0) -> Iterator[LogRecord]:
         """The records of ``partition`` from ``offset`` on, without copying the list."""
         held = self._records[partition]
-        return itertools.islice(held, max(0, offset - self._start[partition]), None)
+        return itertools.islice(held, self._index(partition, offset), None)
+
+    def _index(self, partition: int, offset: int) -> int:
+        """Where the first record at or after ``offset`` is held (offsets may be sparse)."""
+        return bisect.bisect_left(self._records[partition], offset, key=lambda r: r.offset)
 
     # --- the answers ---------------------------------------------------------------------------
 
@@ -308,6 +320,7 @@ class LogTopic:
         """On the event loop's thread: add the rows found (offset order, no duplicates)."""
         if scan.replace:
             self._start = [0] * self.partitions
+            self._end = [0] * self.partitions
             self._records = [[] for _ in range(self.partitions)]
         for partition, rows in scan.rows.items():
             if not self.has(partition):
@@ -321,23 +334,11 @@ class LogTopic:
                 continue
             rows.sort(key=lambda r: r.offset)
             held = self._records[partition]
-            if not held and rows and scan.replace:
-                self._start[partition] = rows[0].offset
             for row in rows:
-                end = self._start[partition] + len(held)
-                if row.offset < end:
-                    continue
-                if row.offset > end:
-                    log.warning(
-                        "%s partition %d: offset %d follows %d; the table is read whole next time",
-                        self.path,
-                        partition,
-                        row.offset,
-                        end - 1,
-                    )
-                    self._reload = True
-                    break
+                if row.offset < self._end[partition]:
+                    continue  # held already (or a rewrite of what was held)
                 held.append(row)
+                self._end[partition] = row.offset + 1
         self.version = scan.version
 
 

@@ -210,6 +210,8 @@ class ResponseReader:
 
     def _added_rows(self, actions: list[dict[str, Any]]) -> list[dict[str, Any]]:
         rows: list[dict[str, Any]] = []
+        if any((a.get("commitInfo") or {}).get("operation") in _REWRITES for a in actions):
+            return rows  # retention's delete: the rows it copies over were delivered already
         for action in actions:
             add = action.get("add")
             if add is None or not add.get("dataChange", True):
@@ -268,6 +270,10 @@ class ResponseReader:
         table = DeltaTable(str(self.table_path))
         data = pa.table(table.to_pyarrow_table())
         return _conform(data, {}).to_pylist(), table.version() + 1
+
+
+#: Commit operations whose added files hold rows already delivered (rewritten, not new).
+_REWRITES = frozenset({"DELETE", "OPTIMIZE"})
 
 
 def _conform(table: pa.Table, partition_values: Mapping[str, str | None]) -> pa.Table:
