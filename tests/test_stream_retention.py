@@ -281,6 +281,16 @@ def test_readers_refuse_a_past_that_is_no_longer_kept(
     recent = stream.table(CONSUMER_OFFSETS).version()
     assert WarehouseReader(tmp_path).cut(AsOf.parse(str(recent))).batch_id is not None
 
+    # coordinator.queries (and so the notebook) refuses when the cut is made, before Spark
+    # reads anything, and says where the history of "now" starts.
+    from coordinator.queries import Queries
+
+    with pytest.raises(AsOfError, match="no longer kept"):
+        Queries(None, tmp_path, as_of=str(early_version))
+    now = Queries(None, tmp_path)
+    assert (now.history_start() or "").startswith("history starts at ")
+    assert now.history_start().endswith("(job.retention.history.ms=20000)")  # type: ignore[union-attr]
+
     # The CLI says so plainly and exits non-zero.
     code = main(
         [
@@ -374,3 +384,74 @@ def test_the_log_topic_serves_a_compacted_partition_with_its_offsets(tmp_path: P
         # The source that followed the table as it was compacted serves the same end and
         # every survivor (it may still hold records cleaned after it read them).
         assert set(kept) <= {r.offset for r in following.records(partition)}
+
+
+def test_through_the_job_batch_the_operator_tools_answer_inside_the_window(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The job's own micro-batch (LocalJob: the operator and the job's sink, with the job's
+    settings from ``job.*`` keys): the log is compacted, ``coordinator groups`` describes the
+    offsets committed last, and an ``--as-of`` before the window is refused."""
+    from coordinator.stream.local import LocalJob
+    from coordinator.stream.settings import load_settings
+
+    settings = load_settings(
+        [],
+        {
+            "job.retention.every.batches": "5",
+            "job.retention.history.ms": "20000",
+            "job.offsets.delete.retention.ms": "10000",
+            "job.retention.responses.ms": "10000",
+            "job.compact.every.batches": "10",
+            "job.checkpoint.every.batches": "10",
+        },
+        warehouse=str(tmp_path),
+    )
+    job = LocalJob(settings)
+    start_ms = 1_700_000_000_000
+    for n in range(80):
+        job.run_batch(
+            [
+                {
+                    "api": "offset_commit",
+                    "request_id": f"c{n}-{g}",
+                    "group_id": g,
+                    "member_id": "",
+                    "generation_id": -1,
+                    "offsets": [{"topic": "orders", "partition": p, "offset": n} for p in (0, 1)],
+                }
+                for g in ("alpha", "beta")
+            ],
+            start_ms + n * STEP_MS,
+        )
+    tables = Warehouse.at(tmp_path).tables
+    rows = DeltaTable(str(tables / CONSUMER_OFFSETS)).to_pyarrow_table(columns=["offset"])
+    assert rows.num_rows < 80 * 4 / 2, "compacted outside the window"
+
+    code = main(
+        [
+            "groups",
+            "--warehouse",
+            str(tmp_path),
+            "--describe",
+            "--group",
+            "alpha",
+            "--output",
+            "json",
+        ]
+    )
+    out, _ = capsys.readouterr()
+    assert code == 0, out
+    described = json.loads(out)
+    offsets = {
+        (o["topic"], o["partition"]): o["current_offset"]
+        for g in described["groups"]
+        for o in g["offsets"]
+    }
+    assert offsets == {("orders", 0): 79, ("orders", 1): 79}
+
+    code = main(
+        ["groups", "--warehouse", str(tmp_path), "--describe", "--group", "alpha", "--as-of", "2"]
+    )
+    out, _ = capsys.readouterr()
+    assert code == 1 and "no longer kept" in out
