@@ -333,6 +333,11 @@ def test_a_cleaned_delta_log_refuses_older_versions_and_times(tmp_path: Path) ->
         WarehouseReader(tmp_path).cut(AsOf(log_version=1))
     with pytest.raises(AsOfError, match="no longer kept"):
         WarehouseReader(tmp_path).cut(AsOf(timestamp_ms=before_ms))
+    # What the log still holds is answered: now, by time and by version.
+    newest = stream.table(CONSUMER_OFFSETS).version()
+    assert WarehouseReader(tmp_path).cut(AsOf(log_version=newest)).batch_id == stream.batch_id - 1
+    now_ms = int(time.time() * 1000) + 1
+    assert WarehouseReader(tmp_path).cut(AsOf(timestamp_ms=now_ms)).batch_id == stream.batch_id - 1
 
 
 def test_old_archive_files_are_deleted(tmp_path: Path) -> None:

@@ -21,7 +21,8 @@ batch ids, on the batch's clock (Spark's batch timestamp; the embedded gateway's
   (unless the group was Dead then): a group quiet for longer than the window still has the
   summary a cut inside the window needs.
 - ``responses`` and ``rejected_requests`` lose their rows older than
-  ``job.retention.responses.ms`` / ``job.retention.rejected.requests.ms`` (a Delta delete).
+  ``job.retention.responses.ms`` / ``job.retention.rejected.requests.ms`` (a Delta delete),
+  except those of the table's newest batch: every table keeps its highest batch id.
 - ``archive/`` (processed inbox files) loses its files older than ``job.retention.archive.ms``.
 - Every table gets ``delta.logRetentionDuration`` (``job.delta.log.retention.ms``) and
   ``delta.deletedFileRetentionDuration`` (``job.vacuum.retention.hours``), which the sink's
@@ -317,6 +318,16 @@ def _oldest(table: DeltaTable, column: str) -> int | None:
     return None if value is None else int(value)
 
 
+def _newest(table: DeltaTable, column: str) -> int | None:
+    """The largest value of ``column`` in the table, from the files' statistics."""
+    actions = pa.table(table.get_add_actions(flatten=True))
+    name = f"max.{column}"
+    if actions.num_rows == 0 or name not in actions.column_names:
+        return None
+    value = pc.max(actions.column(name)).as_py()
+    return None if value is None else int(value)
+
+
 def trim_group_history(table: DeltaTable, now_ms: int, history_ms: int) -> str:
     """Before the window, keep each group's last row (unless Dead); one overwrite commit."""
     horizon = now_ms - history_ms
@@ -351,19 +362,25 @@ def trim_group_history(table: DeltaTable, now_ms: int, history_ms: int) -> str:
 
 
 def delete_older(table: DeltaTable, name: str, column: str, now_ms: int, keep_ms: int) -> str:
-    """Delete the rows whose ``column`` is older than ``keep_ms``: one Delta delete."""
+    """Delete the rows whose ``column`` is older than ``keep_ms``, but never those of the
+    table's newest batch (so that the highest batch id written stays readable from the table,
+    as a rebuild's ``next_batch_id`` needs): one Delta delete."""
     horizon = now_ms - keep_ms
-    oldest = _oldest(table, column)
-    if oldest is None or oldest >= horizon:
+    oldest, newest = _oldest(table, column), _newest(table, "batch_id")
+    if oldest is None or newest is None or oldest >= horizon:
         return "nothing older"
+    predicate = f"{column} < {horizon} AND batch_id < {newest}"
     batches = (
         table.to_pyarrow_dataset()
-        .to_table(columns=["batch_id"], filter=pc.field(column) < horizon)
+        .to_table(
+            columns=["batch_id"],
+            filter=(pc.field(column) < horizon) & (pc.field("batch_id") < newest),
+        )
         .column("batch_id")
     )
     if len(batches) == 0:
         return "nothing older"
-    metrics = table.delete(f"{column} < {horizon}")
+    metrics = table.delete(predicate)
     setting = f"{SETTING[name]}={keep_ms}"
     _record_kept_from(table, KeptFrom(int(pc.max(batches).as_py()), horizon, setting))
     return f"{metrics.get('num_deleted_rows', len(batches))} rows deleted"
