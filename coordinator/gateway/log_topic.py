@@ -1,8 +1,8 @@
 """``__consumer_offsets`` as a topic: the log's Delta table served to Fetch and ListOffsets.
 
 The ``consumer_offsets`` Delta table holds one row per log record with its offsets partition,
-its offset (contiguous per partition), its timestamp and the byte-exact Kafka record key and
-value (a tombstone's value is null). :class:`LogTopic` keeps every partition's records in
+its offset (contiguous per partition, sparse once compacted), its timestamp and the
+byte-exact Kafka record key and value (a tombstone's value is null). :class:`LogTopic` keeps every partition's records in
 memory, (offset, timestamp, key, value) in offset order, and follows the table incrementally:
 when the table's version moves it reads only the data files added since (the files of
 compactions, which rewrite rows already held, are skipped by their offset statistics, and any
