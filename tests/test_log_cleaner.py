@@ -12,7 +12,7 @@ import pytest
 
 from coordinator import CoordinatorConfig
 from coordinator.log import records as log
-from coordinator.log.cleaner import CleanerPolicy, clean, plan_partition
+from coordinator.log.cleaner import CleanerPolicy, clean, loaded, plan_partition
 from tests.support import Ctx
 
 MINUTE = 60_000
@@ -246,3 +246,23 @@ def test_offsets_and_log_end_are_unchanged() -> None:
         ends[id(records)] = end
     assert ends[id(whole)] == ends[id(cleaned)]
     assert len(cleaned) < len(whole) / 3
+
+
+def test_what_a_load_needs_is_a_cleaning_with_nothing_to_protect() -> None:
+    """The rebuild's compaction (:func:`loaded`): the last record of each key per partition,
+    tombstoned keys gone, the active record included; it loads into the same groups."""
+    ctx = busy_coordinator()
+    whole = numbered(ctx.records)
+    keep = loaded(
+        [r["offsets_partition"] for r in whole],
+        [r["key"] for r in whole],
+        [r["value"] is None for r in whole],
+    )
+    kept = [r for r, k in zip(whole, keep, strict=True) if k]
+    assert all(r["value"] is not None for r in kept)
+    assert len({(r["offsets_partition"], r["key"]) for r in kept}) == len(kept)
+    expected = log.replay(whole, ctx.now)
+    rebuilt = log.replay(kept, ctx.now)
+    assert rebuilt.keys() == expected.keys()
+    for group_id, group in expected.items():
+        assert log.durable_view(rebuilt[group_id]) == log.durable_view(group)

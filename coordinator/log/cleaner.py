@@ -94,9 +94,7 @@ def plan_partition(
         if timestamp > horizon:
             cleanable = index
             break
-    last: dict[bytes, int] = {}
-    for index in range(cleanable):
-        last[keys[index]] = index
+    last = _last_of_each_key(keys, cleanable)
     drop_tombstones_at = policy.tombstone_horizon_ms(now_ms)
     keep = [True] * count
     for index in range(cleanable):
@@ -104,6 +102,30 @@ def plan_partition(
         expired = tombstones[index] and timestamps_ms[index] <= drop_tombstones_at
         keep[index] = not (superseded or expired)
     return PartitionPlan(offsets_partition, keep, cleanable)
+
+
+def loaded(
+    offsets_partitions: Sequence[int], keys: Sequence[bytes], tombstones: Sequence[bool]
+) -> list[bool]:
+    """What a load of the log needs (the rebuild's compaction): per offsets partition, the last
+    record of each key, none for a key whose last record is a tombstone. A cleaning with
+    nothing left to protect: no lag, no tombstone retention, no active segment. Records of one
+    partition must be in offset order; partitions may interleave."""
+    last: dict[tuple[int, bytes], int] = {}
+    for index, (partition, key) in enumerate(zip(offsets_partitions, keys, strict=True)):
+        last[(partition, key)] = index
+    keep = [False] * len(keys)
+    for index in last.values():
+        keep[index] = not tombstones[index]
+    return keep
+
+
+def _last_of_each_key(keys: Sequence[bytes], stop: int) -> dict[bytes, int]:
+    """The index of the last record of each key among the first ``stop``."""
+    last: dict[bytes, int] = {}
+    for index in range(stop):
+        last[keys[index]] = index
+    return last
 
 
 def clean(

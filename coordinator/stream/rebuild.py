@@ -58,6 +58,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 
+from coordinator.log.cleaner import loaded
 from coordinator.log.partitioning import partition_for
 from coordinator.stream import schema
 from coordinator.stream.operator import load_line
@@ -282,19 +283,18 @@ def check_partitions(rows: pa.Table, num_partitions: int) -> None:
 
 
 def compact(rows: pa.Table) -> dict[str, list[tuple[bytes, bytes]]]:
-    """What Kafka's log cleaner keeps: per offsets partition, the last record of every key, and
-    no key whose last record is a tombstone. Returns each group's surviving (key, value) pairs
-    in log order, groups in id order. ``rows`` must be in log order (:func:`read_log`)."""
+    """What a load needs (:func:`coordinator.log.cleaner.loaded`): per offsets partition, the
+    last record of every key, and no key whose last record is a tombstone. Returns each
+    group's surviving (key, value) pairs in log order, groups in id order. ``rows`` must be in
+    log order (:func:`read_log`)."""
     if rows.num_rows == 0:
         return {}
-    indexed = rows.append_column("_position", pa.array(range(rows.num_rows), pa.int64()))
-    last = indexed.group_by(["offsets_partition", "key"], use_threads=False).aggregate(
-        [("_position", "max")]
+    keep = loaded(
+        rows.column("offsets_partition").to_pylist(),
+        rows.column("key").to_pylist(),
+        pc.is_null(rows.column("value")).to_pylist(),
     )
-    keep = pc.sort_indices(last.column("_position_max"))
-    positions = pc.take(last.column("_position_max"), keep)
-    kept = rows.take(positions)
-    kept = kept.filter(pc.is_valid(kept.column("value")))
+    kept = rows.filter(pa.array(keep, pa.bool_()))
     groups: dict[str, list[tuple[bytes, bytes]]] = {}
     for group_id, key, value in zip(
         kept.column("group_id").to_pylist(),
