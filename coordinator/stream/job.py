@@ -635,13 +635,19 @@ def run(
             running.query.awaitTermination()
     except KeyboardInterrupt:
         log.info("interrupted: stopping")
+    except Exception:
+        if owner.superseded() is None:  # a failure of its own, not a takeover
+            owner.release()
+            raise
     finally:
         if running.query.isActive:
             running.stop()
     exception = running.query.exception()
     spark.stop()
-    if owner.lost is not None:
-        log.error("%s; stopped", owner.lost)
+    lost = owner.superseded()
+    owner.release()
+    if lost is not None:
+        log.error("%s; stopped", lost)
         return 1
     if exception is not None:
         log.error("the coordinator query failed: %s", exception)

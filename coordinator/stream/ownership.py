@@ -449,6 +449,31 @@ class Ownership:
                 self.fence_table(DeltaTable(str(path)))
 
 
+def current_verdict(
+    root: str | Path,
+    now_ms: int | None = None,
+    *,
+    host: str | None = None,
+    pid: int | None = None,
+    machine: str | None = None,
+    process_alive: Callable[[int], bool] = _process_alive,
+) -> Verdict:
+    """Whether this process could take the warehouse at ``root`` now, and who owns it."""
+    directory = owner_dir(root)
+    current = newest_claim(directory)
+    lease = None if current is None else read_lease(directory, current.epoch)
+    return assess(
+        current,
+        lease,
+        wall_ms() if now_ms is None else now_ms,
+        host=host or socket.gethostname(),
+        machine=_machine() if machine is None else machine,
+        pid=os.getpid() if pid is None else pid,
+        process_alive=process_alive,
+        held_here=_held_here,
+    )
+
+
 def acquire(
     root: str | Path,
     kind: str,
@@ -475,21 +500,13 @@ def acquire(
     machine = _machine()
     table_epoch_floor = _highest_table_epoch(tables)
     while True:
-        current = newest_claim(directory)
         now = clock()
-        lease = None if current is None else read_lease(directory, current.epoch)
-        verdict = assess(
-            current,
-            lease,
-            now,
-            host=host,
-            machine=machine,
-            pid=pid,
-            process_alive=process_alive,
-            held_here=_held_here,
+        verdict = current_verdict(
+            root, now, host=host, pid=pid, machine=machine, process_alive=process_alive
         )
         if not verdict.free:
             raise WarehouseOwned(refusal(root, verdict, now))
+        current = verdict.owner
         epoch = max(0 if current is None else current.epoch, table_epoch_floor) + 1
         claim = Claim(epoch, uuid.uuid4().hex, kind, pid, host, machine, now, lease_timeout_ms)
         if _write_claim(directory, claim):
