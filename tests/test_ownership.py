@@ -209,7 +209,7 @@ def test_of_processes_claiming_together_exactly_one_wins(tmp_path: Path):
 def test_a_new_epoch_goes_above_the_tables_even_if_the_owner_records_were_lost(tmp_path: Path):
     clock = FakeClock()
     for host in ("a", "b", "c"):
-        DeltaSink(tmp_path / "tables", APP_ID, ownership=take(tmp_path, clock, host)).ownership
+        DeltaSink(tmp_path / "tables", APP_ID, ownership=take(tmp_path, clock, host))
         clock.advance(LEASE_MS)
     for path in ownership.owner_dir(tmp_path).iterdir():
         path.unlink()
@@ -247,7 +247,7 @@ def test_a_stale_owner_cannot_commit_once_the_new_owner_fenced_and_wrote(tmp_pat
     fresh = DeltaSink(tmp_path / "tables", APP_ID, ownership=new)
     write(fresh, 1, "new-owner", 2)
     assert old.lost is None  # it has not looked: only the commit can stop it
-    with pytest.raises(OwnershipLost, match="lost ownership of the warehouse .*pid 2222") as lost:
+    with pytest.raises(OwnershipLost, match=r"lost ownership of the warehouse .*pid 2222") as lost:
         write(stale, 2, "stale", 3)
     assert isinstance(lost.value.__cause__, CommitFailedError)  # Delta refused the commit
     assert committed_groups(tmp_path) == ["before", "new-owner"]

@@ -88,9 +88,7 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def gateway(
-    tmp: Path, name: str, warehouse: Path, port: int, lease_ms: int = 20_000
-) -> Process:
+def gateway(tmp: Path, name: str, warehouse: Path, port: int, lease_ms: int = 20_000) -> Process:
     return Process(
         tmp,
         name,
@@ -204,9 +202,7 @@ def test_a_gateway_killed_on_this_machine_is_taken_over_at_once(tmp_path: Path, 
     assert answer["topics"][0]["partitions"][0]["committed_offset"] == 5
 
 
-def test_a_paused_gateway_taken_over_writes_nothing_more_and_stops(
-    tmp_path: Path, processes: Any
-):
+def test_a_paused_gateway_taken_over_writes_nothing_more_and_stops(tmp_path: Path, processes: Any):
     """SIGSTOP the owner; a new gateway is refused while the paused one's lease runs, takes
     over once it expired, and commits. A commit sent to the paused one is handled when it
     resumes (SIGCONT), but its write is fenced: it answers NOT_COORDINATOR (or its connection

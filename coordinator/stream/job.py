@@ -556,7 +556,7 @@ def start(
     stops when a newer owner takes it over, and its writes are fenced meanwhile."""
     owner = owner or take_ownership(settings)
     try:
-        identity, rebuilt = rebuild.prepare_checkpoint(settings, rebuild_from_log)
+        identity, rebuilt = rebuild.prepare_checkpoint(settings, rebuild_from_log, owner)
         owner.check()
         sink = batch_sink(settings, identity, after_write, owner)
     except BaseException:
