@@ -329,3 +329,23 @@ def test_delta_refuses_every_commit_read_before_a_fence(tmp_path: Path, commit: 
     with pytest.raises(CommitFailedError, match="Metadata changed"):
         commit(stale)
     assert DeltaTable(path).version() == version
+
+
+def test_a_rebuild_from_the_log_commits_under_its_owners_epoch(tmp_path: Path):
+    from coordinator.stream import rebuild
+    from coordinator.stream.settings import load_settings
+
+    clock = FakeClock()
+    settings = load_settings(values={"offsets.topic.num.partitions": "3"}, warehouse=str(tmp_path))
+    first = take(tmp_path, clock, "a")
+    write(DeltaSink(tmp_path / "tables", APP_ID, ownership=first), 0, "g", 1)
+    first.release()
+    new = take(tmp_path, clock, "b")
+    identity, report = rebuild.prepare_checkpoint(settings, True, new)
+    assert report is not None and identity.batch_id_base == 1
+    responses = DeltaTable(str(tmp_path / "tables" / schema.RESPONSES))
+    assert responses.transaction_version(identity.app_id) == 0  # the completion marker
+    assert responses.history(1)[0].get(EPOCH_PROPERTY) == "2"
+    with pytest.raises(OwnershipLost):
+        rebuild.mark_complete(tmp_path / "tables", "stale", 5, first)
+    assert DeltaTable(str(responses.table_uri)).transaction_version("stale") is None
