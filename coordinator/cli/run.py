@@ -16,6 +16,10 @@ checkpoint. Groups come back Stable or Empty with fresh sessions and their commi
 when Kafka moves a coordinator. The job does it by itself when the checkpoint has no Spark state
 but the log has records. Stop the job before rebuilding; ``offsets.topic.num.partitions`` cannot
 change.
+
+One writer per warehouse: the job claims the warehouse before it starts Spark, and is refused
+(exit 1, with the owner's pid, host and lease) while another live job or embedded gateway owns
+it; see :mod:`coordinator.stream.ownership` and ``job.owner.lease.timeout.ms``.
 """
 
 from __future__ import annotations

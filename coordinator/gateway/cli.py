@@ -6,8 +6,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import sys
 from pathlib import Path
 from typing import Any
+
+from coordinator.stream.ownership import DEFAULT_LEASE_TIMEOUT_MS, OwnershipError
 
 DEFAULT_PROPERTIES = Path("conf/gateway.properties")
 
@@ -36,7 +39,16 @@ def add_parser(subparsers: Any) -> None:
         "--log-warehouse",
         metavar="DIR",
         help="embedded: write the log to DIR's consumer_offsets Delta table and rebuild from it "
-        "on start (without it, groups live in memory only)",
+        "on start (without it, groups live in memory only); refused while another live job or "
+        "gateway owns DIR",
+    )
+    p.add_argument(
+        "--owner-lease-timeout-ms",
+        type=int,
+        default=None,
+        metavar="MS",
+        help="--log-warehouse: how long DIR stays owned by this gateway if it stops "
+        "heartbeating (owner.lease.timeout.ms in the gateway properties; default 20000)",
     )
     p.add_argument(
         "--topic",
@@ -90,8 +102,8 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--listen expects HOST:PORT, got {args.listen!r}")
     topics: dict[str, int] = {}
     conf = Path(args.gateway_conf) if args.gateway_conf else DEFAULT_PROPERTIES
-    if args.gateway_conf or conf.exists():
-        topics.update(parse_topics(read_properties(conf).get("topics", "").split(",")))
+    properties = read_properties(conf) if args.gateway_conf or conf.exists() else {}
+    topics.update(parse_topics(properties.get("topics", "").split(",")))
     topics.update(parse_topics(args.topic))
     config = load_config(args.conf, args.set)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
@@ -101,9 +113,38 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError("--log-warehouse is for --embedded: the job writes its own log")
         backend = JobBackend(args.warehouse, config, request_timeout_ms=args.request_timeout_ms)
     else:
-        backend = EmbeddedBackend(config, args.log_warehouse)
+        lease_ms = args.owner_lease_timeout_ms or int(
+            properties.get("owner.lease.timeout.ms", DEFAULT_LEASE_TIMEOUT_MS)
+        )
+        backend = EmbeddedBackend(config, args.log_warehouse, lease_timeout_ms=lease_ms)
     gateway = Gateway(backend, topics, host, int(port), max_request_bytes=args.max_request_bytes)
     where = f"the job on {args.warehouse}" if args.warehouse else "the embedded engine"
     print(f"coordinator gateway on {host}:{port} ({where}), topics {topics}", flush=True)
-    asyncio.run(serve(gateway))
+    try:
+        asyncio.run(_serve_while_owner(gateway, serve))
+    except OwnershipError as error:  # refused at start, or taken over while serving
+        print(f"coordinator gateway: {error}", file=sys.stderr, flush=True)
+        return 1
     return 0
+
+
+async def _serve_while_owner(gateway: Any, serve: Any) -> None:
+    """Serve until stopped, or until a newer owner takes the log warehouse over (then raise
+    its ``OwnershipLost`` once the gateway has stopped)."""
+    from coordinator.gateway.embedded import EmbeddedBackend
+
+    lost: list[BaseException] = []
+    task = asyncio.current_task()
+    if isinstance(gateway.backend, EmbeddedBackend) and task is not None:
+
+        def on_lost(error: BaseException) -> None:
+            lost.append(error)
+            task.cancel()
+
+        gateway.backend.on_lost = on_lost
+    try:
+        await serve(gateway)
+    except asyncio.CancelledError:
+        if lost:
+            raise lost[0] from None
+        raise

@@ -26,6 +26,13 @@ queued behind it, parked joins and syncs) is answered COORDINATOR_NOT_AVAILABLE,
 Kafka clients to find the coordinator again and retry; requests arriving during the reload get
 COORDINATOR_LOAD_IN_PROGRESS. Nothing unwritten is ever acknowledged, and nothing acknowledged is
 lost: what the engine holds afterwards is exactly what the log holds.
+
+One writer per warehouse. On start the back end claims the warehouse
+(:mod:`coordinator.stream.ownership`; ``WarehouseOwned`` while another live job or gateway owns
+it) and its sink writes fenced by the owner epoch. When a newer owner takes over (this process
+was paused, its lease expired), the next write fails or the heartbeat notices first: the back
+end then answers every request NOT_COORDINATOR (clients look for the coordinator again), writes
+nothing more and calls ``on_lost`` (the gateway command stops, exit status 1).
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +49,7 @@ from coordinator.config import CoordinatorConfig
 from coordinator.engine import CoordinatorNode, GroupCoordinator
 from coordinator.errors import Error
 from coordinator.gateway.backend import cannot_serve
+from coordinator.stream.ownership import DEFAULT_LEASE_TIMEOUT_MS, Ownership, OwnershipLost
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +74,7 @@ class EmbeddedBackend:
         warehouse: str | Path | None = None,
         flush_interval_ms: float = 2.0,
         summary_interval_ms: float = SUMMARY_INTERVAL_MS,
+        lease_timeout_ms: int = DEFAULT_LEASE_TIMEOUT_MS,
     ) -> None:
         self.config = config or CoordinatorConfig()
         self.warehouse = None if warehouse is None else Path(warehouse)
@@ -89,10 +99,23 @@ class EmbeddedBackend:
         self.records_written = 0
         self.batches_written = 0
         self.reloads = 0
+        self.lease_timeout_ms = lease_timeout_ms
+        #: The claim on the warehouse (with one); ``lost`` once a newer owner took over.
+        self.owner: Ownership | None = None
+        self.lost: OwnershipLost | None = None
+        #: Called (on the event loop) when the warehouse was taken over by a newer owner.
+        self.on_lost: Callable[[OwnershipLost], None] | None = None
 
     async def start(self, node: CoordinatorNode) -> None:
         self._node = node
         if self.warehouse is not None:
+            self.owner = await asyncio.to_thread(self._own)
+            loop = asyncio.get_running_loop()
+
+            def lost_elsewhere(lost: OwnershipLost) -> None:  # the heartbeat thread found out
+                loop.call_soon_threadsafe(self._lose, lost)
+
+            self.owner.on_lost = lost_elsewhere
             self._load(await asyncio.to_thread(self._open_log))
         else:
             self.engine = GroupCoordinator(self.config, node=node)
@@ -109,6 +132,27 @@ class EmbeddedBackend:
         )
         self._dirty = set(self._summaries) | set(self.engine.group_ids())
 
+    def _own(self) -> Ownership:
+        from coordinator.stream.ownership import acquire
+        from coordinator.stream.schema import TABLES, Warehouse
+
+        assert self.warehouse is not None
+        paths = Warehouse.at(self.warehouse)
+        tables = [paths.table(name) for name in TABLES]
+        return acquire(paths.root, "coordinator gateway", self.lease_timeout_ms, tables=tables)
+
+    def _lose(self, lost: OwnershipLost) -> None:
+        """A newer owner took the warehouse: answer everything NOT_COORDINATOR from now on."""
+        if self.lost is not None:
+            return
+        self.lost = lost
+        self._pending_records, self._pending_answers = [], []
+        for request, future in list(self._waiting.values()):
+            if not future.done():
+                future.set_result(cannot_serve(request, str(lost), Error.NOT_COORDINATOR))
+        if self.on_lost is not None:
+            self.on_lost(lost)
+
     def _open_log(self) -> list[dict[str, Any]]:
         from deltalake import DeltaTable
 
@@ -120,7 +164,7 @@ class EmbeddedBackend:
         tables = Warehouse.at(self.warehouse).tables
         tables.mkdir(parents=True, exist_ok=True)
         rows: list[dict[str, Any]] = read_log(tables).to_pylist()
-        self._sink = DeltaSink(tables, APP_ID)
+        self._sink = DeltaSink(tables, APP_ID, ownership=self.owner)
         state = tables / GROUP_STATE
         if DeltaTable.is_deltatable(str(state)):
             ids = DeltaTable(str(state)).to_pyarrow_table(columns=["group_id"]).column(0)
@@ -141,8 +185,12 @@ class EmbeddedBackend:
         self._flush.set()
         if writer is not None:
             await asyncio.gather(writer, return_exceptions=True)
+        if self.owner is not None:
+            await asyncio.to_thread(self.owner.release)
 
     async def submit(self, request: dict[str, Any]) -> dict[str, Any]:
+        if self.lost is not None:
+            return cannot_serve(request, str(self.lost), Error.NOT_COORDINATOR)
         if self._loading:
             message = "the coordinator is reloading its log"
             return cannot_serve(request, message, Error.COORDINATOR_LOAD_IN_PROGRESS)
@@ -158,7 +206,7 @@ class EmbeddedBackend:
     def _emit(self, answers: list[dict[str, Any]]) -> None:
         records = self.engine.drain_records()
         touched = self.engine.drain_touched()
-        if self._loading:
+        if self._loading or self.lost is not None:
             return  # the engine is being replaced; every waiting request has been answered
         if self._sink is not None and touched - self._dirty:
             self._dirty |= touched
@@ -221,9 +269,14 @@ class EmbeddedBackend:
         records, self._pending_records = self._pending_records, []
         answers, self._pending_answers = self._pending_answers, []
         groups = self._changed_summaries() if self._sink is not None else []
+        if self.lost is not None:
+            return
         if records or groups:
             try:
                 await asyncio.to_thread(self._write, records, groups)
+            except OwnershipLost as lost:  # fenced: nothing was written
+                self._lose(lost)
+                return
             except Exception as exc:  # not acknowledged: the client retries
                 log.exception("writing %d log records failed; reloading from the log", len(records))
                 await self._reload(f"the log write failed: {exc}")
@@ -248,6 +301,9 @@ class EmbeddedBackend:
             try:
                 records = await asyncio.to_thread(self._open_log)
                 break
+            except OwnershipLost as lost:
+                self._lose(lost)
+                return
             except Exception:
                 if self._closing:
                     return

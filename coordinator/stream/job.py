@@ -36,8 +36,8 @@ from typing import Any
 from coordinator.engine import CoordinatorNode
 from coordinator.log.records import record_from_bytes
 from coordinator.requests import parse
-from coordinator.stream import operator, rebuild
-from coordinator.stream.schema import Warehouse
+from coordinator.stream import operator, ownership, rebuild
+from coordinator.stream.schema import TABLES, Warehouse
 from coordinator.stream.settings import (
     CONF_DIR,
     CheckpointIdentity,
@@ -440,6 +440,8 @@ class RunningJob:
     #: What the rebuild from the log did when this start made one (None: the checkpoint was
     #: used as it was).
     rebuilt: rebuild.RebuildReport | None = None
+    #: This job's claim on the warehouse, released by :meth:`stop`.
+    owner: ownership.Ownership | None = None
 
     def stop(self) -> None:
         """Stop between batches where possible (stopping mid-foreachBatch logs a harmless
@@ -462,6 +464,8 @@ class RunningJob:
             self.query.stop()
         finally:
             py4j_log.setLevel(level)
+            if self.owner is not None:
+                self.owner.release()
 
     def wait_idle(self, idle_s: float, poll_s: float = 0.2, timeout_s: float | None = None) -> None:
         """Block until nothing came in or went out for ``idle_s`` seconds (or the query died)."""
@@ -497,12 +501,26 @@ def operator_settings(
     )
 
 
+def take_ownership(settings: Settings, kind: str = "coordinator run") -> ownership.Ownership:
+    """Claim the job's warehouse (:mod:`coordinator.stream.ownership`): fence its tables and
+    heartbeat; ``WarehouseOwned`` while another live process owns it."""
+    paths = settings.job.paths
+    return ownership.acquire(
+        paths.root,
+        kind,
+        settings.job.owner_lease_timeout_ms,
+        tables=[paths.table(name) for name in TABLES],
+    )
+
+
 def batch_sink(
     settings: Settings,
     identity: CheckpointIdentity,
     after_write: Callable[[BatchFigures], None] | None = None,
+    owner: ownership.Ownership | None = None,
 ) -> BatchSink:
-    """The Delta sink of the job's tables, with the job's housekeeping schedule."""
+    """The Delta sink of the job's tables, with the job's housekeeping schedule, fenced with
+    ``owner``'s epoch (None: unfenced, e.g. :class:`coordinator.stream.local.LocalJob`)."""
     job = settings.job
     housekeeping = Housekeeping(
         compact_every_batches=job.compact_every_batches,
@@ -513,7 +531,7 @@ def batch_sink(
         retention=job.retention(),
     )
     return BatchSink(
-        DeltaSink(job.paths.tables, identity.app_id, housekeeping),
+        DeltaSink(job.paths.tables, identity.app_id, housekeeping, owner),
         after_write,
         identity.batch_id_base,
     )
@@ -527,18 +545,28 @@ def start(
     stream: StreamBuilder = coordinator_stream,
     query_name: str = QUERY_NAME,
     rebuild_from_log: bool = False,
+    owner: ownership.Ownership | None = None,
 ) -> RunningJob:
     """Start the coordinator query on ``spark`` with ``settings``: ``stream``'s rows into the
     Delta sink, with the job's trigger, checkpoint, warm-up and progress listener.
 
     With ``rebuild_from_log``, or when the checkpoint has no Spark state while the log has
     records, the checkpoint is first rebuilt from the log (:mod:`coordinator.stream.rebuild`;
-    the old one is moved aside, never deleted)."""
-    identity, rebuilt = rebuild.prepare_checkpoint(settings, rebuild_from_log)
+    the old one is moved aside, never deleted).
+
+    The warehouse is claimed first (``owner``, or :func:`take_ownership` here); the query
+    stops when a newer owner takes it over, and its writes are fenced meanwhile."""
+    owner = owner or take_ownership(settings)
+    try:
+        identity, rebuilt = rebuild.prepare_checkpoint(settings, rebuild_from_log, owner)
+        owner.check()
+        sink = batch_sink(settings, identity, after_write, owner)
+    except BaseException:
+        owner.release()
+        raise
     job = settings.job
     paths = job.paths
     opsettings = operator_settings(settings, identity)
-    sink = batch_sink(settings, identity, after_write)
     warm_up(spark, job.shards)
     # The session's state store is the query's (Spark copies the session's settings when the
     # query starts, then keeps the checkpoint's): set it from job.state.store every time, so a
@@ -557,6 +585,9 @@ def start(
         .start()
     )
     listener.run_id = str(query.runId)
+    owner.on_lost = lambda lost: _stop_query(query)
+    if owner.lost is not None:
+        _stop_query(query)
     context = spark.sparkContext
     executors = context._jsc.sc().getExecutorMemoryStatus().size() - (
         0 if context.master.startswith("local[") else 1
@@ -573,7 +604,13 @@ def start(
         job.shards,
         job.state_store,
     )
-    return RunningJob(query, sink, settings, listener, rebuilt)
+    return RunningJob(query, sink, settings, listener, rebuilt, owner)
+
+
+def _stop_query(query: Any) -> None:
+    """Stop a query whose warehouse was taken over (its writes are fenced anyway)."""
+    with contextlib.suppress(Exception):
+        query.stop()
 
 
 def run(
@@ -584,8 +621,13 @@ def run(
 ) -> int:
     """Run the job until stopped (or idle for ``job.stop_when_idle_s``). Returns an exit code.
     ``rebuild_from_log``: rebuild the checkpoint from the log first (see :func:`start`)."""
+    try:
+        owner = take_ownership(settings)
+    except ownership.WarehouseOwned as refused:
+        log.error("refusing to start: %s", refused)
+        return 1
     spark = spark_session(settings, master)
-    running = start(spark, settings, rebuild_from_log=rebuild_from_log)
+    running = start(spark, settings, rebuild_from_log=rebuild_from_log, owner=owner)
     if on_start is not None:
         on_start(running)
     try:
@@ -595,11 +637,20 @@ def run(
             running.query.awaitTermination()
     except KeyboardInterrupt:
         log.info("interrupted: stopping")
+    except Exception:
+        if owner.superseded() is None:  # a failure of its own, not a takeover
+            owner.release()
+            raise
     finally:
         if running.query.isActive:
             running.stop()
     exception = running.query.exception()
     spark.stop()
+    lost = owner.superseded()
+    owner.release()
+    if lost is not None:
+        log.error("%s; stopped", lost)
+        return 1
     if exception is not None:
         log.error("the coordinator query failed: %s", exception)
         return 1

@@ -62,6 +62,7 @@ from coordinator.log.cleaner import loaded
 from coordinator.log.partitioning import partition_for
 from coordinator.stream import schema
 from coordinator.stream.operator import load_line
+from coordinator.stream.ownership import Ownership, epoch_commit_metadata
 from coordinator.stream.settings import (
     CheckpointIdentity,
     Settings,
@@ -141,12 +142,13 @@ def log_has_rows(tables_dir: Path) -> bool:
 
 
 def prepare_checkpoint(
-    settings: Settings, rebuild_from_log: bool = False
+    settings: Settings, rebuild_from_log: bool = False, owner: Ownership | None = None
 ) -> tuple[CheckpointIdentity, RebuildReport | None]:
     """The checkpoint's identity, after a rebuild from the log when one is asked for or when
     the checkpoint has no Spark state but the log has records (see the module docstring). A
     rebuilt checkpoint that no batch has used yet (the job stopped before Spark's first batch)
-    is used as it is, not rebuilt again."""
+    is used as it is, not rebuilt again. ``owner``: the warehouse's owner, whose epoch fences
+    the rebuild's one commit (see :func:`mark_complete`)."""
     paths = settings.job.paths
     if rebuild_from_log:
         reason = "--rebuild-from-log"
@@ -157,7 +159,7 @@ def prepare_checkpoint(
         reason = "the checkpoint has no Spark state and the log has records"
     else:
         return checkpoint_identity(settings), None
-    report = rebuild_checkpoint(settings, reason=reason)
+    report = rebuild_checkpoint(settings, reason=reason, owner=owner)
     log.info("%s", report.describe())
     return report.identity, report
 
@@ -165,7 +167,9 @@ def prepare_checkpoint(
 # --- rebuilding -------------------------------------------------------------------------------
 
 
-def rebuild_checkpoint(settings: Settings, *, reason: str = "asked") -> RebuildReport:
+def rebuild_checkpoint(
+    settings: Settings, *, reason: str = "asked", owner: Ownership | None = None
+) -> RebuildReport:
     """Replace the checkpoint by one rebuilt from the log (module docstring). The job must not
     be running on the old checkpoint."""
     paths = settings.job.paths
@@ -225,7 +229,7 @@ def rebuild_checkpoint(settings: Settings, *, reason: str = "asked") -> RebuildR
         },
     )
     if base > 0:
-        mark_complete(paths.tables, identity.app_id, base - 1)
+        mark_complete(paths.tables, identity.app_id, base - 1, owner)
     seconds["write"] = time.perf_counter() - started
     return RebuildReport(
         identity,
@@ -359,16 +363,24 @@ def next_batch_id(tables_dir: Path, old: CheckpointIdentity | None = None) -> in
     return highest + 1
 
 
-def mark_complete(tables_dir: Path, app_id: str, batch_id: int) -> None:
+def mark_complete(
+    tables_dir: Path, app_id: str, batch_id: int, owner: Ownership | None = None
+) -> None:
     """Mark ``batch_id`` complete for ``app_id``: an empty commit to ``responses`` (the sink's
-    completion marker) carrying the app transaction. Opening the sink creates the tables a
-    warehouse lacks."""
-    DeltaSink(Path(tables_dir), app_id)
+    completion marker) carrying the app transaction, fenced with ``owner``'s epoch. Opening
+    the sink creates the tables a warehouse lacks."""
+    DeltaSink(Path(tables_dir), app_id, ownership=owner)
+    responses = DeltaTable(str(Path(tables_dir) / schema.RESPONSES))
+    if owner is not None:
+        owner.fence_table(responses)
     write_deltalake(
-        str(Path(tables_dir) / schema.RESPONSES),
+        responses,
         schema.RESPONSES_SCHEMA.empty_table(),
         mode="append",
-        commit_properties=CommitProperties(app_transactions=[Transaction(app_id, batch_id)]),
+        commit_properties=CommitProperties(
+            app_transactions=[Transaction(app_id, batch_id)],
+            custom_metadata=None if owner is None else epoch_commit_metadata(owner.epoch),
+        ),
     )
 
 

@@ -84,6 +84,10 @@ class JobSettings:
     clean_source: str = "archive"
     #: Stop after this many seconds with no request in and nothing out (0 = run until killed).
     stop_when_idle_s: float = 0.0
+    #: How long the warehouse stays owned by a job that stopped heartbeating before another
+    #: may take it over (:mod:`coordinator.stream.ownership`); one that stopped cleanly, or
+    #: died on this machine, is taken over at once.
+    owner_lease_timeout_ms: int = 20_000
     #: FindCoordinator's answer: where members reach this coordinator (its gateway).
     node_id: int = 0
     node_host: str = "localhost"
@@ -116,7 +120,13 @@ class JobSettings:
             raise ValueError(
                 f"job.clean.source must be archive, delete or off: {self.clean_source!r}"
             )
-        for name in ("trigger_interval_ms", "shards", "max_files_per_trigger", "max_request_bytes"):
+        for name in (
+            "trigger_interval_ms",
+            "shards",
+            "max_files_per_trigger",
+            "max_request_bytes",
+            "owner_lease_timeout_ms",
+        ):
             if getattr(self, name) < 1:
                 raise ValueError(f"job.{name.replace('_', '.')} must be >= 1")
         for name in (

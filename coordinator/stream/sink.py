@@ -24,6 +24,11 @@ sink reads that table's ``transaction_version(app_id)`` and skips the table when
 holds the batch. delta-rs does not enforce this itself (it accepts an equal or older version),
 so the check here is the whole guarantee, and it relies on there being one writer per table.
 
+One writer. With an :class:`coordinator.stream.ownership.Ownership` (the job's and the embedded
+gateway's), every table is fenced with the owner's epoch when opened, and each commit is made
+on a snapshot checked to carry that epoch, with the epoch in its commit info: a newer owner's
+fence makes the commit fail, and the sink raises ``OwnershipLost`` instead of retrying.
+
 Completeness (how a reader finds a consistent cut). Tables with no rows in a batch get no
 commit, so a table's transaction version says nothing about batches it had no rows for, and
 the minimum over the tables would lag (``consumer_offsets`` can go many batches without a
@@ -68,6 +73,7 @@ from coordinator.engine import list_groups_response
 from coordinator.log.records import RECORD_FIELDS
 from coordinator.requests import Request
 from coordinator.stream import schema
+from coordinator.stream.ownership import EPOCH_PROPERTY, Ownership, OwnershipLost
 from coordinator.stream.retention import DEFAULT_RETENTION, Retainer, Retention
 from coordinator.stream.schema import (
     CONSUMER_OFFSETS,
@@ -173,11 +179,18 @@ class DeltaSink:
     may not have committed."""
 
     def __init__(
-        self, tables_dir: Path, app_id: str, housekeeping: Housekeeping = DEFAULT_HOUSEKEEPING
+        self,
+        tables_dir: Path,
+        app_id: str,
+        housekeeping: Housekeeping = DEFAULT_HOUSEKEEPING,
+        ownership: Ownership | None = None,
     ) -> None:
         self.tables_dir = Path(tables_dir)
         self.app_id = app_id
         self.housekeeping = housekeeping
+        #: The warehouse's owner epoch this sink writes under (None: unfenced, for tools
+        #: and tests that write a warehouse of their own).
+        self.ownership = ownership
         self._tables: dict[str, DeltaTable] = {}
         self._log_end: dict[int, int] = {}
         self._tables_stale = True
@@ -225,8 +238,14 @@ class DeltaSink:
                     batch_id, responses, list_groups, emitted_at_ms, written_at_ms, report
                 )
             report.write_ms = _ms_since(started)
-        except BaseException:
+        except OwnershipLost:
             self._tables_stale = True
+            raise
+        except BaseException as error:
+            self._tables_stale = True
+            lost = self.ownership.superseded() if self.ownership is not None else None
+            if lost is not None:
+                raise lost from error
             raise
         self._housekeep(batch_id, report, emitted_at_ms)
         return report
@@ -299,6 +318,7 @@ class DeltaSink:
         latest = list({g["group_id"]: g for g in groups}.values())
         source = pa.table(_group_columns(latest, batch_id, at_ms), schema=schema.GROUP_STATE_SCHEMA)
         started = time.perf_counter()
+        self._fence(GROUP_STATE)
         metrics = (
             self._tables[GROUP_STATE]
             .merge(
@@ -364,7 +384,8 @@ class DeltaSink:
     def _load(self) -> None:
         """Open (or create) every table and read the log end offsets from the log itself."""
         self._tables = {
-            name: _open_or_create(self.tables_dir / name, name) for name in schema.TABLES
+            name: _open_or_create(self.tables_dir / name, name, self.ownership)
+            for name in schema.TABLES
         }
         self._log_end = _log_end(self._tables[CONSUMER_OFFSETS])
         self._tables_stale = False
@@ -390,6 +411,7 @@ class DeltaSink:
         self, name: str, columns: dict[str, list[Any]], batch_id: int, report: BatchReport
     ) -> None:
         started = time.perf_counter()
+        self._fence(name)
         write_deltalake(
             self._tables[name],
             pa.table(columns, schema=schema.TABLE_SCHEMAS[name]),
@@ -401,8 +423,18 @@ class DeltaSink:
         if self.after_commit is not None:
             self.after_commit(name, batch_id)
 
+    def _fence(self, name: str) -> None:
+        """Check (in memory) that the snapshot the next commit reads carries our epoch."""
+        if self.ownership is not None:
+            self.ownership.fence_table(self._tables[name])
+
     def _commit_properties(self, batch_id: int) -> CommitProperties:
-        return CommitProperties(app_transactions=[Transaction(self.app_id, batch_id)])
+        return CommitProperties(
+            app_transactions=[Transaction(self.app_id, batch_id)],
+            custom_metadata=None
+            if self.ownership is None
+            else {EPOCH_PROPERTY: str(self.ownership.epoch)},
+        )
 
     def _housekeep(self, batch_id: int, report: BatchReport, now_ms: int) -> None:
         """Maintenance on the batch ids the schedule names, idle batches included (Spark's
@@ -429,7 +461,7 @@ class DeltaSink:
             tasks.append(("vacuum", lambda _, dt: _vacuum(dt, hk.vacuum_retention_hours)))
         if hk.due(hk.checkpoint_every_batches, batch_id):
             tasks.append(("cleanup_metadata", lambda _, dt: _cleanup_metadata(dt)))
-        if not tasks:
+        if not tasks or (self.ownership is not None and self.ownership.lost is not None):
             return
         all_started = time.perf_counter()
         if hk.due(hk.retention_every_batches, batch_id):
@@ -521,12 +553,23 @@ def _log_end(table: DeltaTable) -> dict[int, int]:
 # --- tables and maintenance ---------------------------------------------------------------------
 
 
-def _open_or_create(path: Path, name: str) -> DeltaTable:
+def _open_or_create(path: Path, name: str, ownership: Ownership | None = None) -> DeltaTable:
+    """Open a table (fenced first when owned, so that a stale owner changes nothing), or
+    create it carrying the owner's epoch."""
     if DeltaTable.is_deltatable(str(path)):
-        return _evolve(DeltaTable(path), name)
+        table = DeltaTable(path)
+        if ownership is not None:
+            ownership.fence_table(table)
+        return _evolve(table, name)
     path.mkdir(parents=True, exist_ok=True)
+    if ownership is not None:
+        ownership.check()
     return DeltaTable.create(
-        path, schema.TABLE_SCHEMAS[name], partition_by=schema.PARTITION_BY.get(name)
+        path,
+        schema.TABLE_SCHEMAS[name],
+        partition_by=schema.PARTITION_BY.get(name),
+        configuration=None if ownership is None else {EPOCH_PROPERTY: str(ownership.epoch)},
+        raise_if_key_not_exists=ownership is None,
     )
 
 
