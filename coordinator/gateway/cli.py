@@ -61,6 +61,11 @@ def add_parser(subparsers: Any) -> None:
         help="--warehouse: answer COORDINATOR_NOT_AVAILABLE when the job has not answered in "
         "this time (a JoinGroup: its rebalance timeout + 5 s)",
     )
+    p.add_argument(
+        "--metrics",
+        metavar="HOST:PORT",
+        help="serve /metrics (Prometheus), /livez and /readyz there (gateway.properties: metrics)",
+    )
     p.set_defaults(run=run)
 
 
@@ -90,8 +95,8 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--listen expects HOST:PORT, got {args.listen!r}")
     topics: dict[str, int] = {}
     conf = Path(args.gateway_conf) if args.gateway_conf else DEFAULT_PROPERTIES
-    if args.gateway_conf or conf.exists():
-        topics.update(parse_topics(read_properties(conf).get("topics", "").split(",")))
+    properties = read_properties(conf) if args.gateway_conf or conf.exists() else {}
+    topics.update(parse_topics(properties.get("topics", "").split(",")))
     topics.update(parse_topics(args.topic))
     config = load_config(args.conf, args.set)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
@@ -102,8 +107,33 @@ def run(args: argparse.Namespace) -> int:
         backend = JobBackend(args.warehouse, config, request_timeout_ms=args.request_timeout_ms)
     else:
         backend = EmbeddedBackend(config, args.log_warehouse)
-    gateway = Gateway(backend, topics, host, int(port), max_request_bytes=args.max_request_bytes)
+    exporter = None
+    if args.metrics or properties.get("metrics"):
+        from coordinator.metrics.gateway import GatewayExporter
+
+        exporter = GatewayExporter(args.metrics or properties["metrics"], backend)
+    gateway = Gateway(
+        backend,
+        topics,
+        host,
+        int(port),
+        max_request_bytes=args.max_request_bytes,
+        metrics=None if exporter is None else exporter.gateway,
+    )
     where = f"the job on {args.warehouse}" if args.warehouse else "the embedded engine"
-    print(f"coordinator gateway on {host}:{port} ({where}), topics {topics}", flush=True)
-    asyncio.run(serve(gateway))
+
+    def announce() -> None:
+        # Only once the back end serves: before that, group APIs get LOAD_IN_PROGRESS.
+        print(
+            f"coordinator gateway listening on {host}:{gateway.port} ({where}), topics {topics}",
+            flush=True,
+        )
+        if exporter is not None:
+            exporter.readiness.set_ready()
+
+    try:
+        asyncio.run(serve(gateway, on_ready=announce))
+    finally:
+        if exporter is not None:
+            exporter.close()
     return 0

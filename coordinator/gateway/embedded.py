@@ -35,12 +35,15 @@ import contextlib
 import logging
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from coordinator.config import CoordinatorConfig
 from coordinator.engine import CoordinatorNode, GroupCoordinator
 from coordinator.errors import Error
 from coordinator.gateway.backend import cannot_serve
+
+if TYPE_CHECKING:
+    from coordinator.metrics.groups import GroupMetrics
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +92,8 @@ class EmbeddedBackend:
         self.records_written = 0
         self.batches_written = 0
         self.reloads = 0
+        #: Kafka's group-coordinator metrics, fed after every engine call (None: not kept).
+        self.metrics: GroupMetrics | None = None
 
     async def start(self, node: CoordinatorNode) -> None:
         self._node = node
@@ -108,6 +113,8 @@ class EmbeddedBackend:
             records, self.config, wall_ms(), node=self._node
         )
         self._dirty = set(self._summaries) | set(self.engine.group_ids())
+        if self.metrics is not None:
+            self.metrics.reset_from_engine(self.engine)
 
     def _open_log(self) -> list[dict[str, Any]]:
         from deltalake import DeltaTable
@@ -160,6 +167,8 @@ class EmbeddedBackend:
         touched = self.engine.drain_touched()
         if self._loading:
             return  # the engine is being replaced; every waiting request has been answered
+        if self.metrics is not None:
+            self.metrics.observe_engine(self.engine, touched, records, answers)
         if self._sink is not None and touched - self._dirty:
             self._dirty |= touched
             self._flush.set()  # a summary to compare, at the writer's leisure
