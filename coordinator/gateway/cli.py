@@ -124,12 +124,12 @@ def run(args: argparse.Namespace) -> int:
 
     def announce() -> None:
         # Only once the back end serves: before that, group APIs get LOAD_IN_PROGRESS.
+        if exporter is not None:
+            exporter.readiness.set_ready()
         print(
             f"coordinator gateway listening on {host}:{gateway.port} ({where}), topics {topics}",
             flush=True,
         )
-        if exporter is not None:
-            exporter.readiness.set_ready()
 
     try:
         asyncio.run(serve(gateway, on_ready=announce))
