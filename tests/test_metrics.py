@@ -459,7 +459,7 @@ def test_job_metrics_from_batches_latency_backlog_and_readiness(tmp_path):
         assert scrape.value("coordinator_job_request_latency_seconds_count") == 1
         assert scrape.value("coordinator_job_inbox_files") == 1  # r2's file waits
         assert scrape.value("coordinator_job_batch_duration_seconds_sum") == 0.7
-        assert scrape.value("coordinator_job_batch_requests_count") == 1
+        assert scrape.value("coordinator_job_batch_requests_sum") == 1
         assert scrape.value("coordinator_job_state_rows") == 1
         assert scrape.value("coordinator_job_delta_write_seconds_count", table="responses") == 1
         assert scrape.value("coordinator_groups", state="Stable") == 1

@@ -2,8 +2,11 @@
 
 =================================================  ====================================================
 ``coordinator_job_batch_duration_seconds``         Spark's batch duration (``batchDuration``)
-``coordinator_job_batch_requests``                 inbox lines per micro-batch (``numInputRows``)
-``coordinator_job_requests_total``                 inbox lines read
+``coordinator_job_batch_requests``                 requests a micro-batch settled: its answers plus
+                                                   its refused lines (a parked JoinGroup counts in
+                                                   the batch that answers it)
+``coordinator_job_files_total``                    inbox files read (Spark's ``numInputRows``: the
+                                                   source reads a file as one row)
 ``coordinator_job_responses_total``                responses written
 ``coordinator_job_rejected_total``                 lines refused to ``rejected_requests``
 ``coordinator_job_timers_fired_total``             keys stepped only because a timer fired
@@ -182,11 +185,13 @@ class JobMetrics:
         )
         self.batch_requests = Histogram(
             "coordinator_job_batch_requests",
-            "Inbox lines per micro-batch",
+            "Requests a micro-batch settled (answers written plus lines refused)",
             buckets=REQUEST_BUCKETS,
             registry=registry,
         )
-        self.requests = Counter("coordinator_job_requests", "Inbox lines read", registry=registry)
+        self.files = Counter(
+            "coordinator_job_files", "Inbox files read (Spark's numInputRows)", registry=registry
+        )
         self.responses = Counter(
             "coordinator_job_responses", "Responses written", registry=registry
         )
@@ -303,6 +308,7 @@ class JobMetrics:
         self.inbox.rejected(str(r.get("source_file") or "") for r in rejected)
         self.responses.inc(len(answered))
         self.rejected.inc(len(rejected))
+        self.batch_requests.observe(len(answered) + len(rejected))
         for table, ms in table_ms.items():
             self.delta_write.labels(table).observe(ms / 1000)
         if replayed:
@@ -314,8 +320,7 @@ class JobMetrics:
         self.batches.inc()
         self.last_batch.set(batch_id)
         self.batch_duration.observe(progress.batchDuration / 1000)
-        self.batch_requests.observe(progress.numInputRows)
-        self.requests.inc(progress.numInputRows)
+        self.files.inc(progress.numInputRows)
         self.timers_fired.inc(timers_fired)
         operators = progress.stateOperators
         if operators:
