@@ -105,6 +105,9 @@ class GatewayMetrics:
             buckets=LATENCY_BUCKETS,
             registry=registry,
         )
+        #: Labelled children by (API key, error code) and API key: a lookup per request.
+        self._requests: dict[tuple[int, int], Any] = {}
+        self._latency: dict[int, Any] = {}
 
     def opened(self) -> None:
         self.accepted.inc()
@@ -118,10 +121,17 @@ class GatewayMetrics:
     def answered(self, api_key: int, answer: Any, seconds: float) -> None:
         """One request answered (``answer`` is the plain response; None when Kafka sends
         none, as for Produce with acks=0)."""
-        api = API_NAMES.get(api_key, str(api_key))
         code = 0 if answer is None else first_error(answer)
-        self.requests.labels(api, error_name(code)).inc()
-        self.latency.labels(api).observe(seconds)
+        counter = self._requests.get((api_key, code))
+        if counter is None:
+            api = API_NAMES.get(api_key, str(api_key))
+            counter = self._requests[api_key, code] = self.requests.labels(api, error_name(code))
+        counter.inc()
+        latency = self._latency.get(api_key)
+        if latency is None:
+            api = API_NAMES.get(api_key, str(api_key))
+            latency = self._latency[api_key] = self.latency.labels(api)
+        latency.observe(seconds)
 
 
 class GatewayExporter:

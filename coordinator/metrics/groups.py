@@ -154,6 +154,10 @@ class GroupMetrics:
         self._seen: dict[str, _Seen] = {}
         self._counts = dict.fromkeys(STATES, 0)
         self._offsets = 0
+        #: What the gauges show, so that an unchanged value is not set again (hot path).
+        self._published: dict[str, int] = {}
+        self._published_offsets = -1
+        self._request_children: dict[tuple[str, str], Any] = {}
         self._publish()
 
     # --- feeding ------------------------------------------------------------------------------
@@ -179,8 +183,11 @@ class GroupMetrics:
         deleting: set[str] = set()
         for response in responses:
             api = str(response.get("api"))
-            error = response.get("error") or "NONE"
-            self.requests.labels(api, error).inc()
+            key = (api, response.get("error") or "NONE")
+            child = self._request_children.get(key)
+            if child is None:
+                child = self._request_children[key] = self.requests.labels(*key)
+            child.inc()
             if response.get("error_code") == 0:
                 if api == "join_group":
                     self.joins.inc()
@@ -217,7 +224,15 @@ class GroupMetrics:
     # --- bookkeeping --------------------------------------------------------------------------
 
     def _update(self, view: GroupView) -> None:
-        previous = self._seen.pop(view.group_id, None)
+        previous = self._seen.get(view.group_id)
+        if (
+            previous is not None
+            and previous.state == view.state
+            and previous.generation_id == view.generation_id
+            and previous.num_offsets == view.num_offsets
+        ):
+            return  # a heartbeat, say: nothing to count
+        self._seen.pop(view.group_id, None)
         if previous is not None:
             self._counts[previous.state] -= 1
             self._offsets -= previous.num_offsets
@@ -246,8 +261,12 @@ class GroupMetrics:
 
     def _publish(self) -> None:
         for state, count in self._counts.items():
-            self.groups.labels(state).set(count)
-        self.offsets.set(self._offsets)
+            if self._published.get(state) != count:
+                self.groups.labels(state).set(count)
+                self._published[state] = count
+        if self._published_offsets != self._offsets:
+            self.offsets.set(self._offsets)
+            self._published_offsets = self._offsets
 
     def counts(self) -> dict[str, int]:
         """Groups per state, as last observed (Dead is always 0: a gone group is dropped)."""
