@@ -50,10 +50,10 @@ class SlowLoading(EmbeddedBackend):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.gate = threading.Event()
-        self.loading = threading.Event()
+        self.reading = threading.Event()
 
     def _open_log(self) -> list[dict[str, Any]]:
-        self.loading.set()
+        self.reading.set()
         assert self.gate.wait(60), "the test never let the load finish"
         return super()._open_log()
 
@@ -138,7 +138,7 @@ def test_gateway_answers_load_in_progress_while_its_log_loads(tmp_path, caplog):
     exporter = GatewayExporter("127.0.0.1:0", backend)
     serving = Serving(backend, exporter)
     try:
-        assert backend.loading.wait(30)
+        assert backend.reading.wait(30)
         metrics_port = exporter.server.port
         assert get(metrics_port, "/livez")[0] == 200
         status, body = get(metrics_port, "/readyz")
@@ -189,6 +189,46 @@ def test_gateway_answers_load_in_progress_while_its_log_loads(tmp_path, caplog):
     assert_no_traceback(caplog)
     with pytest.raises(OSError):
         get(metrics_port, "/livez")  # closed with the gateway
+
+
+def test_gateway_is_unready_while_it_reloads_its_log_after_a_failed_write(tmp_path):
+    """A failed log write makes the embedded engine reload its log (Kafka's unload and load):
+    /readyz says 503 meanwhile, and the group metrics are what the log holds afterwards."""
+    backend = SlowLoading(CoordinatorConfig(group_initial_rebalance_delay_ms=0), tmp_path / "gw")
+    backend.gate.set()
+    exporter = GatewayExporter("127.0.0.1:0", backend)
+    serving = Serving(backend, exporter)
+    try:
+        assert serving.announced.wait(30)
+        mport = exporter.server.port
+        commit = call(serving.port, codec.OFFSET_COMMIT, 9, REQUESTS[codec.OFFSET_COMMIT])
+        assert commit["topics"][0]["partitions"][0]["error_code"] == 0
+        assert Scrape(mport).value("coordinator_offsets") == 1
+        backend.gate.clear()
+        backend.reading.clear()
+        sink, real_write = backend._sink, backend._sink.write_batch
+
+        def fails_once(*args: Any, **kwargs: Any) -> Any:
+            sink.write_batch = real_write
+            raise OSError("disk full")
+
+        sink.write_batch = fails_once
+        other = dict(REQUESTS[codec.OFFSET_COMMIT], group_id="other")
+        refused = call(serving.port, codec.OFFSET_COMMIT, 9, other)
+        assert refused["topics"][0]["partitions"][0]["error_code"] == 15  # NOT_AVAILABLE
+        assert backend.reading.wait(30)
+        status, body = get(mport, "/readyz")
+        assert (status, body) == (503, "not ready: reloading the log after a failed write\n")
+        assert Scrape(mport).value("coordinator_ready") == 0
+        backend.gate.set()
+        assert until(lambda: get(mport, "/readyz")[0] == 200, 30)
+        scrape = Scrape(mport)
+        assert scrape.value("coordinator_offsets") == 1  # the refused commit is not in the log
+        assert scrape.value("coordinator_groups", state="Empty") == 1
+        assert scrape.value("coordinator_ready") == 1
+    finally:
+        backend.gate.set()
+        serving.stop()
 
 
 def free_port() -> int:
@@ -543,3 +583,29 @@ def test_dashboard_queries_name_only_exported_metrics(tmp_path):
     shown = {re.sub(r"_(bucket|count|sum)$", "", n) for n in queried}
     assert families <= shown, f"no panel for {sorted(families - shown)}"
     assert len({p["id"] for p in panels(dashboard)}) == len(panels(dashboard))
+
+
+def test_job_commands_take_metrics_from_the_command_line_or_the_conf(tmp_path):
+    """``coordinator run`` and ``jobs/coordinator_job.py`` share ``--metrics``; ``job.metrics``
+    in a conf file does the same (off by default)."""
+    import argparse
+
+    from coordinator.cli.run import add_job_options, settings_from
+
+    parser = argparse.ArgumentParser()
+    add_job_options(parser)
+    args = parser.parse_args(["--warehouse", str(tmp_path), "--metrics", "127.0.0.1:9405"])
+    assert settings_from(args).job.metrics == "127.0.0.1:9405"
+    assert settings_from(parser.parse_args(["--warehouse", str(tmp_path)])).job.metrics == ""
+    conf = tmp_path / "job.properties"
+    conf.write_text("job.metrics=0.0.0.0:9406\n")
+    args = parser.parse_args(["--warehouse", str(tmp_path), "--conf", str(conf)])
+    assert settings_from(args).job.metrics == "0.0.0.0:9406"
+    help_text = subprocess.run(
+        [sys.executable, "jobs/coordinator_job.py", "--help"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "--metrics HOST:PORT" in help_text

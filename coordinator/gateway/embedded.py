@@ -95,6 +95,11 @@ class EmbeddedBackend:
         #: Kafka's group-coordinator metrics, fed after every engine call (None: not kept).
         self.metrics: GroupMetrics | None = None
 
+    @property
+    def loading(self) -> bool:
+        """Reloading the log after a failed write (requests get LOAD_IN_PROGRESS meanwhile)."""
+        return self._loading
+
     async def start(self, node: CoordinatorNode) -> None:
         self._node = node
         if self.warehouse is not None:

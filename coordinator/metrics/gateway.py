@@ -146,11 +146,19 @@ class GatewayExporter:
 
         host, port = parse_address(address)
         self.registry = new_registry()
-        self.readiness = Readiness(self.registry, "the back end is starting (loading the log)")
-        self.gateway = GatewayMetrics(self.registry)
+        check = None
         self.groups: GroupMetrics | None = None
         if isinstance(backend, EmbeddedBackend):
             self.groups = backend.metrics = GroupMetrics(self.registry)
+            embedded = backend
+
+            def check() -> str | None:
+                return "reloading the log after a failed write" if embedded.loading else None
+
+        self.readiness = Readiness(
+            self.registry, "the back end is starting (loading the log)", check
+        )
+        self.gateway = GatewayMetrics(self.registry)
         self.server = MetricsServer(self.registry, self.readiness, host, port).start()
 
     def close(self) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -40,37 +41,48 @@ def parse_address(value: str) -> tuple[str, int]:
 
 
 class Readiness:
-    """Whether the process serves requests, and why not; exported as ``coordinator_ready``."""
+    """Whether the process serves requests, and why not; exported as ``coordinator_ready``.
 
-    def __init__(self, registry: CollectorRegistry, why_not: str = "starting") -> None:
+    ``check``, when given, is asked on every probe once the process is ready: a reason it
+    returns makes the process unready for that moment (the embedded gateway reloading its log
+    after a failed write)."""
+
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        why_not: str = "starting",
+        check: Callable[[], str | None] | None = None,
+    ) -> None:
         self._lock = threading.Lock()
         self._ready = False
         self._why_not = why_not
+        self._check = check
         self._gauge = Gauge(
             "coordinator_ready",
             "1 while the process serves requests (what /readyz answers 200 to), else 0",
             registry=registry,
         )
+        self._gauge.set_function(lambda: 1.0 if self.ready else 0.0)
 
     @property
     def ready(self) -> bool:
-        return self._ready
+        return self._ready and (self._check is None or self._check() is None)
 
     @property
     def why_not(self) -> str:
         with self._lock:
-            return "" if self._ready else self._why_not
+            if not self._ready:
+                return self._why_not
+        return (self._check() if self._check is not None else None) or ""
 
     def set_ready(self) -> None:
         with self._lock:
             self._ready = True
-            self._gauge.set(1)
 
     def set_not_ready(self, why: str) -> None:
         with self._lock:
             self._ready = False
             self._why_not = why
-            self._gauge.set(0)
 
 
 class MetricsServer:
@@ -103,7 +115,7 @@ class MetricsServer:
                     self._answer(200, b"ok\n")
                 elif path == "/readyz":
                     why_not = server.readiness.why_not
-                    if server.readiness.ready:
+                    if not why_not:
                         self._answer(200, b"ready\n")
                     else:
                         self._answer(503, f"not ready: {why_not}\n".encode())
