@@ -103,7 +103,7 @@ class EmbeddedBackend:
     async def start(self, node: CoordinatorNode) -> None:
         self._node = node
         if self.warehouse is not None:
-            self._load(await asyncio.to_thread(self._open_log))
+            await self._load(await asyncio.to_thread(self._open_log))
         else:
             self.engine = GroupCoordinator(self.config, node=node)
         self._tasks = [
@@ -111,11 +111,13 @@ class EmbeddedBackend:
             asyncio.create_task(self._writer(), name="gateway-log-writer"),
         ]
 
-    def _load(self, records: list[dict[str, Any]]) -> None:
+    async def _load(self, records: list[dict[str, Any]]) -> None:
         """The engine becomes what the log holds (Kafka's load on failover); every group, and
-        every group_state row of an earlier run, gets its summary compared again."""
-        self.engine = GroupCoordinator.from_records(
-            records, self.config, wall_ms(), node=self._node
+        every group_state row of an earlier run, gets its summary compared again. The replay
+        runs on a worker thread (seconds for a big log), so that the gateway keeps answering
+        meanwhile (LOAD_IN_PROGRESS); nothing else touches the new engine until it is set."""
+        self.engine = await asyncio.to_thread(
+            GroupCoordinator.from_records, records, self.config, wall_ms(), node=self._node
         )
         self._dirty = set(self._summaries) | set(self.engine.group_ids())
         if self.metrics is not None:
@@ -267,7 +269,7 @@ class EmbeddedBackend:
                     return
                 log.exception("reading the log failed; trying again in %.1f s", RELOAD_RETRY_S)
                 await asyncio.sleep(RELOAD_RETRY_S)
-        self._load(records)
+        await self._load(records)
         self._loading = False
         self._wake.set()
 
