@@ -73,6 +73,11 @@ def add_job_options(parser: argparse.ArgumentParser) -> None:
         "way to change --shards, --state-key or --state-store",
     )
     parser.add_argument("--quiet", action="store_true", help="no per-batch log lines")
+    parser.add_argument(
+        "--metrics",
+        metavar="HOST:PORT",
+        help="serve /metrics (Prometheus), /livez and /readyz there (job.metrics)",
+    )
 
 
 def settings_from(args: argparse.Namespace) -> Any:
@@ -91,6 +96,7 @@ def settings_from(args: argparse.Namespace) -> Any:
         state_key=args.state_key,
         state_store=args.state_store,
         stop_when_idle_s=args.stop_when_idle,
+        metrics=args.metrics,
     )
 
 

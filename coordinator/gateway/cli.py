@@ -73,6 +73,11 @@ def add_parser(subparsers: Any) -> None:
         help="--warehouse: answer COORDINATOR_NOT_AVAILABLE when the job has not answered in "
         "this time (a JoinGroup: its rebalance timeout + 5 s)",
     )
+    p.add_argument(
+        "--metrics",
+        metavar="HOST:PORT",
+        help="serve /metrics (Prometheus), /livez and /readyz there (gateway.properties: metrics)",
+    )
     p.set_defaults(run=run)
 
 
@@ -117,18 +122,42 @@ def run(args: argparse.Namespace) -> int:
             properties.get("owner.lease.timeout.ms", DEFAULT_LEASE_TIMEOUT_MS)
         )
         backend = EmbeddedBackend(config, args.log_warehouse, lease_timeout_ms=lease_ms)
-    gateway = Gateway(backend, topics, host, int(port), max_request_bytes=args.max_request_bytes)
+    exporter = None
+    if args.metrics or properties.get("metrics"):
+        from coordinator.metrics.gateway import GatewayExporter
+
+        exporter = GatewayExporter(args.metrics or properties["metrics"], backend)
+    gateway = Gateway(
+        backend,
+        topics,
+        host,
+        int(port),
+        max_request_bytes=args.max_request_bytes,
+        metrics=None if exporter is None else exporter.gateway,
+    )
     where = f"the job on {args.warehouse}" if args.warehouse else "the embedded engine"
-    print(f"coordinator gateway on {host}:{port} ({where}), topics {topics}", flush=True)
+
+    def announce() -> None:
+        # Only once the back end serves: before that, group APIs get LOAD_IN_PROGRESS.
+        if exporter is not None:
+            exporter.readiness.set_ready()
+        print(
+            f"coordinator gateway listening on {host}:{gateway.port} ({where}), topics {topics}",
+            flush=True,
+        )
+
     try:
-        asyncio.run(_serve_while_owner(gateway, serve))
+        asyncio.run(_serve_while_owner(gateway, serve, announce))
     except OwnershipError as error:  # refused at start, or taken over while serving
         print(f"coordinator gateway: {error}", file=sys.stderr, flush=True)
         return 1
+    finally:
+        if exporter is not None:
+            exporter.close()
     return 0
 
 
-async def _serve_while_owner(gateway: Any, serve: Any) -> None:
+async def _serve_while_owner(gateway: Any, serve: Any, on_ready: Any) -> None:
     """Serve until stopped, or until a newer owner takes the log warehouse over (then raise
     its ``OwnershipLost`` once the gateway has stopped)."""
     from coordinator.gateway.embedded import EmbeddedBackend
@@ -143,7 +172,7 @@ async def _serve_while_owner(gateway: Any, serve: Any) -> None:
 
         gateway.backend.on_lost = on_lost
     try:
-        await serve(gateway)
+        await serve(gateway, on_ready=on_ready)
     except asyncio.CancelledError:
         if lost:
             raise lost[0] from None

@@ -43,13 +43,16 @@ import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from coordinator.config import CoordinatorConfig
 from coordinator.engine import CoordinatorNode, GroupCoordinator
 from coordinator.errors import Error
 from coordinator.gateway.backend import cannot_serve
 from coordinator.stream.ownership import DEFAULT_LEASE_TIMEOUT_MS, Ownership, OwnershipLost
+
+if TYPE_CHECKING:
+    from coordinator.metrics.groups import GroupMetrics
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +108,13 @@ class EmbeddedBackend:
         self.lost: OwnershipLost | None = None
         #: Called (on the event loop) when the warehouse was taken over by a newer owner.
         self.on_lost: Callable[[OwnershipLost], None] | None = None
+        #: Kafka's group-coordinator metrics, fed after every engine call (None: not kept).
+        self.metrics: GroupMetrics | None = None
+
+    @property
+    def loading(self) -> bool:
+        """Reloading the log after a failed write (requests get LOAD_IN_PROGRESS meanwhile)."""
+        return self._loading
 
     async def start(self, node: CoordinatorNode) -> None:
         self._node = node
@@ -116,7 +126,7 @@ class EmbeddedBackend:
                 loop.call_soon_threadsafe(self._lose, lost)
 
             self.owner.on_lost = lost_elsewhere
-            self._load(await asyncio.to_thread(self._open_log))
+            await self._load(await asyncio.to_thread(self._open_log))
         else:
             self.engine = GroupCoordinator(self.config, node=node)
         self._tasks = [
@@ -124,13 +134,17 @@ class EmbeddedBackend:
             asyncio.create_task(self._writer(), name="gateway-log-writer"),
         ]
 
-    def _load(self, records: list[dict[str, Any]]) -> None:
+    async def _load(self, records: list[dict[str, Any]]) -> None:
         """The engine becomes what the log holds (Kafka's load on failover); every group, and
-        every group_state row of an earlier run, gets its summary compared again."""
-        self.engine = GroupCoordinator.from_records(
-            records, self.config, wall_ms(), node=self._node
+        every group_state row of an earlier run, gets its summary compared again. The replay
+        runs on a worker thread (seconds for a big log), so that the gateway keeps answering
+        meanwhile (LOAD_IN_PROGRESS); nothing else touches the new engine until it is set."""
+        self.engine = await asyncio.to_thread(
+            GroupCoordinator.from_records, records, self.config, wall_ms(), node=self._node
         )
         self._dirty = set(self._summaries) | set(self.engine.group_ids())
+        if self.metrics is not None:
+            self.metrics.reset_from_engine(self.engine)
 
     def _own(self) -> Ownership:
         from coordinator.stream.ownership import acquire
@@ -208,6 +222,8 @@ class EmbeddedBackend:
         touched = self.engine.drain_touched()
         if self._loading or self.lost is not None:
             return  # the engine is being replaced; every waiting request has been answered
+        if self.metrics is not None:
+            self.metrics.observe_engine(self.engine, touched, records, answers)
         if self._sink is not None and touched - self._dirty:
             self._dirty |= touched
             self._flush.set()  # a summary to compare, at the writer's leisure
@@ -309,7 +325,7 @@ class EmbeddedBackend:
                     return
                 log.exception("reading the log failed; trying again in %.1f s", RELOAD_RETRY_S)
                 await asyncio.sleep(RELOAD_RETRY_S)
-        self._load(records)
+        await self._load(records)
         self._loading = False
         self._wake.set()
 

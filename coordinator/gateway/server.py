@@ -9,6 +9,12 @@ Kafka's answers to bad input: a frame larger than ``max_request_bytes`` (Kafka's
 (other than ApiVersions, which is answered with UNSUPPORTED_VERSION and the ranges), or a frame
 that does not decode: the connection is closed; nothing reaches the engine. A connection idle for
 ``idle_timeout_s`` (Kafka's ``connections.max.idle.ms``) is closed too.
+
+Readiness, as a Kafka broker loading ``__consumer_offsets``: the gateway listens at once, and
+until its back end has started (the embedded engine loaded from its log, the job's responses
+table opened) it answers ApiVersions, Metadata, FindCoordinator (itself) and the log topic as
+usual, and every group API with COORDINATOR_LOAD_IN_PROGRESS, which Kafka clients retry after a
+backoff. ``ready`` turns true, and :func:`run` calls ``on_ready``, once the back end serves.
 """
 
 from __future__ import annotations
@@ -17,13 +23,19 @@ import asyncio
 import contextlib
 import logging
 import struct
-from typing import Any
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
-from coordinator.engine import CoordinatorNode
+from coordinator.engine import CoordinatorNode, GroupCoordinator
+from coordinator.errors import Error
 from coordinator.gateway import apis, codec
-from coordinator.gateway.backend import Backend
+from coordinator.gateway.backend import Backend, cannot_serve
 from coordinator.gateway.codec import FrameError
 from coordinator.gateway.log_topic import LogTopic, for_backend
+
+if TYPE_CHECKING:
+    from coordinator.metrics.gateway import GatewayMetrics
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +57,7 @@ class Gateway:
         max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
         idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
         log_topic: LogTopic | None = None,
+        metrics: GatewayMetrics | None = None,
     ) -> None:
         self.backend = backend
         #: ``__consumer_offsets``: by default the back end's warehouse log (empty without one).
@@ -56,18 +69,38 @@ class Gateway:
         self.idle_timeout_s = idle_timeout_s
         self.connections = 0
         self.closed_for_bad_input = 0
+        self.metrics = metrics
+        #: True once the back end serves (until then group APIs answer LOAD_IN_PROGRESS).
+        self.ready = False
         self._server: asyncio.Server | None = None
-        self._ctx: apis.GatewayContext | None = None
+        self._ctx = apis.GatewayContext(
+            self._while_loading, self.topics, self.host, self.port, log_topic=self.log_topic
+        )
+        #: Answers FindCoordinator while the back end loads (the gateway is the only node).
+        self._finder: GroupCoordinator | None = None
         self._handlers: set[asyncio.Task[Any]] = set()
 
     async def start(self) -> None:
+        """Listen, then start the back end; connections meanwhile get LOAD_IN_PROGRESS for
+        group APIs (module doc). Returns once ready."""
         self._server = await asyncio.start_server(self._connection, self.host, self.port)
         self.port = self._server.sockets[0].getsockname()[1]
-        await self.backend.start(CoordinatorNode(0, self.host, self.port))
+        node = CoordinatorNode(0, self.host, self.port)
+        self._ctx.port = self.port
+        self._finder = GroupCoordinator(node=node)
+        await self.backend.start(node)
         await self.log_topic.refresh(force=True)
-        self._ctx = apis.GatewayContext(
-            self.backend.submit, self.topics, self.host, self.port, log_topic=self.log_topic
-        )
+        self._ctx.submit = self.backend.submit
+        self.ready = True
+
+    async def _while_loading(self, request: dict[str, Any]) -> dict[str, Any]:
+        if self.ready:  # a request read just before the switch
+            return await self.backend.submit(request)
+        if request.get("api") == "find_coordinator" and self._finder is not None:
+            (answer,) = self._finder.handle(request, 0)
+            return answer
+        message = "the coordinator is loading its groups"
+        return cannot_serve(request, message, Error.COORDINATOR_LOAD_IN_PROGRESS)
 
     async def serve_forever(self) -> None:
         assert self._server is not None
@@ -88,12 +121,16 @@ class Gateway:
         if task is not None:
             self._handlers.add(task)
         self.connections += 1
+        if self.metrics is not None:
+            self.metrics.opened()
+        bad_input = False
         peer = writer.get_extra_info("peername")
         client_host = f"/{peer[0]}" if isinstance(peer, tuple) else "/unknown"
         try:
             await self._serve(reader, writer, client_host)
         except FrameError as exc:
             self.closed_for_bad_input += 1
+            bad_input = True
             log.info("closing %s: %s", client_host, exc)
         except (asyncio.IncompleteReadError, ConnectionError, TimeoutError):
             pass
@@ -107,11 +144,13 @@ class Gateway:
                 await writer.wait_closed()
             if task is not None:
                 self._handlers.discard(task)
+            if self.metrics is not None:
+                self.metrics.closed(bad_input)
 
     async def _serve(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, client_host: str
     ) -> None:
-        assert self._ctx is not None
+        metrics = self.metrics
         while True:
             # asyncio.timeout, not wait_for: no task per read (a third of wait_for's cost).
             async with asyncio.timeout(self.idle_timeout_s):
@@ -121,9 +160,12 @@ class Gateway:
                 raise FrameError(f"frame size {size} outside 8..{self.max_request_bytes}")
             async with asyncio.timeout(self.idle_timeout_s):
                 frame = await reader.readexactly(size)
+            started = time.perf_counter()
             request = codec.decode_request(frame)
             answer = await apis.dispatch(self._ctx, request, client_host)
             if answer is None:
+                if metrics is not None:
+                    metrics.answered(request.api_key, None, time.perf_counter() - started)
                 continue
             # ApiVersions above its range is answered in v0 (request.body is None).
             version = 0 if request.body is None else request.api_version
@@ -131,12 +173,22 @@ class Gateway:
                 codec.encode_response(request.api_key, version, request.correlation_id, answer)
             )
             await writer.drain()
+            if metrics is not None:
+                metrics.answered(request.api_key, answer, time.perf_counter() - started)
 
 
-async def run(gateway: Gateway, ready: asyncio.Event | None = None) -> None:
+async def run(
+    gateway: Gateway,
+    ready: asyncio.Event | None = None,
+    on_ready: Callable[[], None] | None = None,
+) -> None:
+    """Start ``gateway`` and serve until cancelled; ``ready`` is set and ``on_ready`` called
+    once it serves (its back end loaded), not merely listens."""
     await gateway.start()
     if ready is not None:
         ready.set()
+    if on_ready is not None:
+        on_ready()
     try:
         await gateway.serve_forever()
     finally:

@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from coordinator.engine import CoordinatorNode
 from coordinator.log.records import record_from_bytes
@@ -45,6 +45,9 @@ from coordinator.stream.settings import (
     state_store_confs,
 )
 from coordinator.stream.sink import DeltaSink, Housekeeping
+
+if TYPE_CHECKING:
+    from coordinator.metrics.job import JobMetrics
 
 log = logging.getLogger("coordinator.job")
 
@@ -276,6 +279,8 @@ class BatchSink:
         if self.fault is not None:
             sink.after_commit = self.fault
         self.figures: dict[int, BatchFigures] = {}
+        #: Prometheus metrics (``job.metrics``), fed after each batch's write; None when off.
+        self.metrics: JobMetrics | None = None
         self.last_activity = time.monotonic()
         self.stopping = False
         self._lock = threading.Lock()
@@ -341,6 +346,16 @@ class BatchSink:
         figures.rejected = len(rejected)
         figures.skipped_tables = list(report.tables_skipped)
         figures.write_ms = report.write_ms
+        if self.metrics is not None:
+            self.metrics.batch_written(
+                [r[3] for r in records],
+                [r[2] for r in responses],
+                groups,
+                rejected,
+                list_groups,
+                report.table_ms,
+                replayed=bool(report.tables_skipped),
+            )
         with self._lock:
             self.figures[batch_id] = figures
             if len(rows) > figures.timers_fired:
@@ -369,6 +384,8 @@ def progress_listener(sink: BatchSink, warehouse: Warehouse) -> Any:
         #: The run reported on, set once the query has started: a session that ran queries
         #: before may still hold their listeners, whose sinks number batches differently.
         run_id: str | None = None
+        #: Whether "ready" was said (on the first batch this run completed).
+        announced = False
 
         def _another_run(self, run_id: Any) -> bool:
             return self.run_id is not None and str(run_id) != self.run_id
@@ -406,6 +423,16 @@ def progress_listener(sink: BatchSink, warehouse: Warehouse) -> Any:
                 "write_ms": figures.write_ms,
             }
             _write_json(warehouse.status / "progress.json", status)
+            if sink.metrics is not None:
+                sink.metrics.batch_completed(progress, batch_id, figures.timers_fired)
+            if not self.announced:
+                self.announced = True
+                # stdout, as the gateway's "listening" line: what a supervisor waits for.
+                print(
+                    f"coordinator ready: query {progress.name} running, batch {batch_id} "
+                    f"answered in {progress.batchDuration} ms",
+                    flush=True,
+                )
 
         def onQueryIdle(self, event: Any) -> None:
             pass
@@ -417,6 +444,8 @@ def progress_listener(sink: BatchSink, warehouse: Warehouse) -> Any:
                 log.error("query terminated: %s", event.exception)
             else:
                 log.info("query stopped")
+            if sink.metrics is not None:
+                sink.metrics.query_terminated(event.exception)
 
     return Listener()
 
@@ -464,6 +493,8 @@ class RunningJob:
             self.query.stop()
         finally:
             py4j_log.setLevel(level)
+            if self.sink.metrics is not None:
+                self.sink.metrics.close()
             if self.owner is not None:
                 self.owner.release()
 
@@ -567,6 +598,10 @@ def start(
     job = settings.job
     paths = job.paths
     opsettings = operator_settings(settings, identity)
+    if job.metrics:
+        from coordinator.metrics.job import JobMetrics
+
+        sink.metrics = JobMetrics(job.metrics, paths)
     warm_up(spark, job.shards)
     # The session's state store is the query's (Spark copies the session's settings when the
     # query starts, then keeps the checkpoint's): set it from job.state.store every time, so a
@@ -645,6 +680,8 @@ def run(
         if running.query.isActive:
             running.stop()
     exception = running.query.exception()
+    if running.sink.metrics is not None:
+        running.sink.metrics.close()
     spark.stop()
     lost = owner.superseded()
     owner.release()

@@ -111,6 +111,9 @@ class JobSettings:
     offsets_cleaner_rows_per_run: int = 1_000_000
     #: ``delta.logRetentionDuration`` of every table (time travel needs the Delta log).
     delta_log_retention_ms: int = 7 * 86_400_000
+    #: ``HOST:PORT`` of the Prometheus ``/metrics``, ``/livez`` and ``/readyz`` server; empty:
+    #: none (:mod:`coordinator.metrics.job`).
+    metrics: str = ""
 
     def __post_init__(self) -> None:
         if self.state_key not in KEY_MODES:
