@@ -1,6 +1,6 @@
 """The coordinator as a Spark Structured Streaming query.
 
-    inbox (JSON lines files)  ->  text file source, one row per line
+    inbox (JSON lines files)  ->  the inbox source (coordinator.stream.source), one row per line
         -> groupBy(group id | offsets partition).applyInPandasWithState(step, ProcessingTimeTimeout)
         -> foreachBatch: consumer_offsets, rejected_requests, group_history, group_state,
                          then responses (Delta)
@@ -11,15 +11,14 @@ extracts only the key (``group_id``) and the order key (file, position).
 
 ``coordinator run`` and ``spark-submit jobs/coordinator_job.py`` both come here. A checkpoint
 rebuilt from the log (:mod:`coordinator.stream.rebuild`: ``--rebuild-from-log``, a lost
-checkpoint, re-sharding) adds its bootstrap directory as a second file source, read with the
-inbox's own reader; the operator loads its lines as groups' state before the first batch's
-requests.
+checkpoint, re-sharding) adds its bootstrap directory as a second source (Spark's text file
+source, split into lines the same way); the operator loads its lines as groups' state before
+the first batch's requests.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import logging
 import os
@@ -36,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 from coordinator.engine import CoordinatorNode
 from coordinator.log.records import record_from_bytes
 from coordinator.requests import parse
-from coordinator.stream import operator, ownership, rebuild
+from coordinator.stream import operator, ownership, rebuild, source
 from coordinator.stream.schema import TABLES, Warehouse
 from coordinator.stream.settings import (
     CONF_DIR,
@@ -115,34 +114,56 @@ def kafka_partition_expr(column: str, num_partitions: int) -> str:
 def inbox_stream(spark: Any, settings: Settings) -> Any:
     """The inbox as rows: (value, source_file, position, group_id, terminated, valid_utf8).
 
+    Read by the job's own source (:mod:`coordinator.stream.source`: every file gets a sequence
+    number when it is found, the offset is that number, so the checkpoint does not grow with
+    the files read), one row per file, split into lines by :func:`file_lines`."""
+    from pyspark.sql import functions as F
+
+    job = settings.job
+    paths = job.paths
+    paths.inbox.mkdir(parents=True, exist_ok=True)
+    register_inbox_source(spark)
+    reader = (
+        spark.readStream.format(source.SOURCE_NAME)
+        .option("maxFilesPerTrigger", job.max_files_per_trigger)
+        .option("clean", job.clean_source)
+    )
+    if job.clean_source == "archive":
+        paths.archive.mkdir(parents=True, exist_ok=True)
+        reader = reader.option("archive", str(paths.archive))
+    files = reader.load(str(paths.inbox)).select(
+        # The bytes as they are: a cast to string checks nothing, file_lines does.
+        "source_file",
+        F.col("content").cast("string").alias("text"),
+    )
+    return file_lines(files)
+
+
+def register_inbox_source(spark: Any) -> None:
+    """Register the inbox source with the session, once (registering again logs a warning)."""
+    with contextlib.suppress(Exception):  # a session without the JVM's lookup: register anyway
+        manager = spark._jsparkSession.sessionState().dataSourceManager()
+        if manager.dataSourceExists(source.SOURCE_NAME):
+            return
+    spark.dataSource.register(source.InboxDataSource)
+
+
+def file_lines(files: Any) -> Any:
+    """Whole files (``source_file``, ``text``) as the inbox's rows, one per non-blank line.
+
     ``terminated`` is False for a file's last line when the file does not end with a newline
     (a file caught half-written: the operator refuses that line). ``valid_utf8`` is False for a
     line of a file that is not UTF-8 when the line holds U+FFFD, which Spark's split put in
-    place of the undecodable bytes (the file source passes the bytes on unchecked)."""
+    place of the undecodable bytes (neither source checks the bytes)."""
     from pyspark.sql import functions as F
 
-    paths = settings.job.paths
-    paths.inbox.mkdir(parents=True, exist_ok=True)
     # One row per file, split into lines here: Spark has no line number for a text row in a
     # stream (monotonically_increasing_id is refused), and (file, line) is the order key.
-    reader = (
-        spark.readStream.format("text")
-        .option("wholetext", True)
-        .option("maxFilesPerTrigger", settings.job.max_files_per_trigger)
-    )
-    if settings.job.clean_source == "archive":
-        paths.archive.mkdir(parents=True, exist_ok=True)
-        reader = reader.option("cleanSource", "archive").option(
-            "sourceArchiveDir", str(paths.archive)
-        )
-    elif settings.job.clean_source == "delete":
-        reader = reader.option("cleanSource", "delete")
-    files = reader.load(str(paths.inbox)).select(
-        F.col("_metadata.file_path").alias("source_file"),
-        F.split("value", "\r?\n").alias("lines"),
-        F.is_valid_utf8("value").alias("file_utf8"),
-    )
     split = files.select(
+        "source_file",
+        F.is_valid_utf8("text").alias("file_utf8"),
+        F.split("text", "\r?\n").alias("lines"),
+    ).select(
         "source_file",
         "file_utf8",
         F.size("lines").alias("count"),
@@ -189,13 +210,20 @@ def coordinator_stream(
 
 
 def bootstrap_stream(spark: Any, settings: Settings, directory: str) -> Any:
-    """A rebuilt checkpoint's bootstrap files as rows of the inbox's shape (the inbox's own
-    reader on another directory, nothing archived), every file in the first batch. The
-    operator tells them from requests by their ``source_file``."""
-    job = settings.job.replace(
-        inbox=directory, clean_source="off", max_files_per_trigger=rebuild.BOOTSTRAP_MAX_FILES
+    """A rebuilt checkpoint's bootstrap files as rows of the inbox's shape, every file in the
+    first batch, nothing archived. Read once, so Spark's text file source serves (its
+    checkpoint log lists only these few files). The operator tells them from requests by their
+    ``source_file``."""
+    from pyspark.sql import functions as F
+
+    files = (
+        spark.readStream.format("text")
+        .option("wholetext", True)
+        .option("maxFilesPerTrigger", rebuild.BOOTSTRAP_MAX_FILES)
+        .load(directory)
+        .select(F.col("_metadata.file_path").alias("source_file"), F.col("value").alias("text"))
     )
-    return inbox_stream(spark, dataclasses.replace(settings, job=job))
+    return file_lines(files)
 
 
 def warm_up(spark: Any, shards: int) -> None:
@@ -610,15 +638,29 @@ def start(
         spark.conf.set(key, value)
     listener = progress_listener(sink, paths)
     spark.streams.addListener(listener)
-    query = (
-        stream(spark, settings, opsettings)
-        .writeStream.queryName(query_name)
-        .outputMode("update")
-        .foreachBatch(sink)
-        .option("checkpointLocation", str(paths.checkpoint))
-        .trigger(processingTime=f"{job.trigger_interval_ms} milliseconds")
-        .start()
-    )
+
+    def start_query() -> Any:
+        return (
+            stream(spark, settings, opsettings)
+            .writeStream.queryName(query_name)
+            .outputMode("update")
+            .foreachBatch(sink)
+            .option("checkpointLocation", str(paths.checkpoint))
+            .trigger(processingTime=f"{job.trigger_interval_ms} milliseconds")
+            .start()
+        )
+
+    query = start_query()
+    for attempt in range(2, SOURCE_START_ATTEMPTS + 1):
+        if not source_start_timed_out(query):
+            break
+        log.warning(
+            "the inbox source's Python process did not connect back within Spark's 10 s (a "
+            "loaded machine?): starting the query again (attempt %d of %d)",
+            attempt,
+            SOURCE_START_ATTEMPTS,
+        )
+        query = start_query()
     listener.run_id = str(query.runId)
     owner.on_lost = lambda lost: _stop_query(query)
     if owner.lost is not None:
@@ -646,6 +688,25 @@ def _stop_query(query: Any) -> None:
     """Stop a query whose warehouse was taken over (its writes are fenced anyway)."""
     with contextlib.suppress(Exception):
         query.stop()
+
+
+#: How many times :func:`start` starts the query when the inbox source's Python process was
+#: too slow to connect back to Spark (a fixed 10 s in Spark: a start-up on a loaded machine).
+SOURCE_START_ATTEMPTS = 3
+
+
+def source_start_timed_out(query: Any, timeout_s: float = 300.0) -> bool:
+    """Wait for the query to be past starting its sources; True when it failed there because
+    a Python source process did not connect back in time (nothing was read or written)."""
+    deadline = time.monotonic() + timeout_s
+    while query.isActive and time.monotonic() < deadline:
+        if query.status.get("message") != "Initializing sources":
+            return False
+        time.sleep(0.05)
+    if query.isActive:
+        return False
+    exception = query.exception()
+    return exception is not None and "Python worker failed to connect back" in str(exception)
 
 
 def run(

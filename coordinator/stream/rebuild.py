@@ -61,6 +61,7 @@ from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from coordinator.log.cleaner import loaded
 from coordinator.log.partitioning import partition_for
 from coordinator.stream import schema
+from coordinator.stream import source as inbox_source
 from coordinator.stream.operator import load_line
 from coordinator.stream.ownership import Ownership, epoch_commit_metadata
 from coordinator.stream.settings import (
@@ -152,6 +153,10 @@ def prepare_checkpoint(
     paths = settings.job.paths
     if rebuild_from_log:
         reason = "--rebuild-from-log"
+    elif reads_inbox_with_file_source(paths.checkpoint):
+        # An older release's checkpoint: its offsets are the file source's, so the inbox source
+        # starts a new checkpoint, rebuilt from the log like any other.
+        reason = "the checkpoint read the inbox with the file source of an older release"
     elif not has_spark_state(paths.checkpoint) and log_has_rows(paths.tables):
         if _unused_rebuild(settings):
             # Rebuilt, then stopped before Spark's first batch: that rebuild is still whole.
@@ -386,9 +391,25 @@ def mark_complete(
 
 def clean_answered_inbox_files(old_checkpoint: Path, settings: Settings) -> int:
     """Archive (or delete, as ``job.clean.source`` says) the inbox files that the old
-    checkpoint's committed batches read: a new file source would read them again. With
-    ``job.clean.source=off`` they stay, and are read again (logged). Returns how many."""
+    checkpoint's committed batches read: a new checkpoint would read them again. The job's
+    inbox source names them by its committed offset (the sequenced files numbered up to it);
+    a checkpoint of an older release, which read the inbox with Spark's file source, by its
+    file source log. With ``job.clean.source=off`` they stay, and are read again (logged).
+    Returns how many."""
     paths = settings.job.paths
+    offset = inbox_source.committed_offset(old_checkpoint)
+    if offset is not None:
+        inbox = inbox_source.SequencedInbox(paths.inbox, paths.archive, settings.job.clean_source)
+        if settings.job.clean_source == "off":
+            left = [p for p in inbox.sequenced.glob("*") if _sequenced_upto(p, offset.seq)]
+            if left:
+                log.warning(
+                    "%d inbox files were answered under the old checkpoint and will be read "
+                    "again (job.clean.source=off)",
+                    len(left),
+                )
+            return 0
+        return inbox.release(offset.seq)
     committed = _committed_batches(old_checkpoint)
     if committed is None:
         return 0
@@ -417,6 +438,25 @@ def clean_answered_inbox_files(old_checkpoint: Path, settings: Settings) -> int:
         else:
             path.unlink()
     return len(read)
+
+
+def _sequenced_upto(path: Path, seq: int) -> bool:
+    parsed = inbox_source.parse_sequenced(path.name)
+    return parsed is not None and parsed[0] <= seq
+
+
+def reads_inbox_with_file_source(checkpoint: Path) -> bool:
+    """Whether a checkpoint of an older release read the inbox with Spark's text file source
+    (its offsets are file source log positions, which the inbox source cannot take up)."""
+    if not has_spark_state(checkpoint):
+        return False
+    offsets = [p for p in (checkpoint / "offsets").iterdir() if p.name.isdigit()]
+    newest = max(offsets, key=lambda p: int(p.name), default=None)
+    if newest is None:
+        return False
+    lines = newest.read_text(encoding="utf-8").splitlines()[2:]
+    # The inbox was the query's first source; a bootstrap file source may follow it.
+    return bool(lines) and inbox_source.SEQ not in lines[0] and "logOffset" in lines[0]
 
 
 # --- plumbing ---------------------------------------------------------------------------------

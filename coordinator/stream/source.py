@@ -1,0 +1,329 @@
+"""The inbox as a streaming source whose checkpoint does not grow with the requests it reads.
+
+Spark's built-in file source remembers every file it ever read in the checkpoint
+(``sources/0``, about 120 bytes per file, rewritten whole at every compaction): at the
+gateway's pace that is about a gigabyte a day. This source remembers one number instead.
+
+**Sequencing on discovery.** Request files still arrive the one way they always did: written
+under a hidden name (``.`` or ``_`` first) and renamed into ``<inbox>``. At every trigger the
+source lists the inbox and renames each visible file into ``<inbox>/_sequenced/`` under
+``<seq:016d>-<name>``, where ``seq`` is a sequence the source assigns itself, in the order it
+discovers files (name order within one listing). The offset is the last sequence number of a
+batch, so it is total and needs no file list: a file renamed into the inbox late, with a name
+that sorts before everything already read (a hand-dropped file, a client with a slow clock),
+simply gets the next number. The highest number ever assigned is kept in
+``_sequenced/.sequence`` (written before the renames), so numbers are never reused, even
+after every file was archived or deleted, or by a new checkpoint on the same inbox.
+
+**Offsets.** ``{"inbox_seq": S, "inbox_files": F}``: the last sequence number read and how
+many files were read up to it since the checkpoint began. ``F`` lets a re-read of a range tell
+a gap in the numbers (a file that vanished between listing and renaming, a crash between
+reserving numbers and renaming) from a file that moved.
+
+**Re-runs are exact.** A batch's range ``(start, end]`` is in Spark's offset log before the
+batch runs; reading it again (after a crash between ``offsets/N`` and ``commits/N``) reads the
+same files, in the same order, with the same names: sequenced files are only archived (or
+deleted) once Spark calls :meth:`InboxReader.commit` with an offset at or past theirs, which it
+does only after the batch that read them is committed. A range whose files were nevertheless
+moved to the archive is read from there; one whose files are gone fails the batch rather than
+answer it differently.
+
+**Rows.** One per file, ``(source_file, content)``: the ``file:`` URI of the sequenced file and
+its bytes. The job splits them into lines in Spark exactly as it did with the text file source
+(:func:`coordinator.stream.job.inbox_stream`), so the rows keep their shape and meaning.
+
+``job.clean.source``: ``archive`` moves a committed file to ``<warehouse>/archive`` under its
+sequenced name, ``delete`` deletes it, ``off`` leaves it in ``_sequenced/``.
+``job.max.files.per.trigger`` bounds the files of one batch.
+
+:class:`SequencedInbox` is plain Python (no Spark), tested on its own; :class:`InboxDataSource`
+is the Spark 4 Python data source around it (``spark.dataSource.register``, then
+``readStream.format("coordinator_inbox")``). The reader runs in a Python process of the
+driver, so ``PYSPARK_PYTHON`` must be the interpreter with this package
+(:func:`coordinator.stream.job.prepare_environment`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from coordinator.stream.client import _fsync_dir
+
+log = logging.getLogger("coordinator.source")
+
+#: The name the source is registered under (``readStream.format(SOURCE_NAME)``).
+SOURCE_NAME = "coordinator_inbox"
+#: The rows: one per request file.
+SOURCE_SCHEMA = "source_file string, content binary"
+#: Where discovered files wait, renamed to their sequence number, until their batch commits.
+SEQUENCED = "_sequenced"
+#: The highest sequence number assigned so far (in ``_sequenced/``).
+SEQUENCE_FILE = ".sequence"
+#: Offset keys (named so that a checkpoint's offset lines say whose they are).
+SEQ = "inbox_seq"
+FILES = "inbox_files"
+CLEAN_MODES = ("archive", "delete", "off")
+
+_SEQUENCED_NAME = re.compile(r"^(\d{16})-(.+)$")
+
+
+def sequenced_name(seq: int, name: str) -> str:
+    return f"{seq:016d}-{name}"
+
+
+def parse_sequenced(name: str) -> tuple[int, str] | None:
+    """``(seq, original name)`` of a sequenced file name, None for anything else."""
+    match = _SEQUENCED_NAME.match(name)
+    return (int(match.group(1)), match.group(2)) if match else None
+
+
+def visible(name: str) -> bool:
+    """Whether a name in the inbox is a request file (hidden names are files being written)."""
+    return not name.startswith((".", "_"))
+
+
+@dataclass(frozen=True)
+class Offset:
+    """A position in the sequence: the last number read, and the files read up to it."""
+
+    seq: int
+    files: int
+
+    def json(self) -> dict[str, int]:
+        return {SEQ: self.seq, FILES: self.files}
+
+    @classmethod
+    def of(cls, value: dict[str, Any]) -> Offset:
+        if SEQ not in value:
+            raise ValueError(
+                f"{value!r} is not an offset of the {SOURCE_NAME} source: this checkpoint was "
+                f"made by another source (an older release's text file source?); rebuild it "
+                f"from the log: coordinator run --rebuild-from-log"
+            )
+        return cls(int(value[SEQ]), int(value.get(FILES, 0)))
+
+
+class MissingInboxFiles(RuntimeError):
+    """A batch's range cannot be read again: some of its files are neither sequenced nor
+    archived. Answering the batch without them would make it differ from its first run."""
+
+
+class SequencedInbox:
+    """The inbox directory with its ``_sequenced/`` staging area and its archive."""
+
+    def __init__(self, inbox: str | Path, archive: str | Path | None, clean: str) -> None:
+        if clean not in CLEAN_MODES:
+            raise ValueError(f"clean must be one of {CLEAN_MODES}, got {clean!r}")
+        if clean == "archive" and archive is None:
+            raise ValueError("clean=archive needs an archive directory")
+        self.inbox = Path(inbox)
+        self.sequenced = self.inbox / SEQUENCED
+        self.archive = Path(archive) if archive is not None else None
+        self.clean = clean
+        self._last: int | None = None
+
+    # --- discovery ----------------------------------------------------------------------------
+
+    def last_assigned(self) -> int:
+        """The highest sequence number ever assigned on this inbox (0: none)."""
+        if self._last is None:
+            stored = 0
+            with contextlib.suppress(FileNotFoundError, ValueError):
+                stored = int((self.sequenced / SEQUENCE_FILE).read_text(encoding="ascii"))
+            staged = [seq for seq, _ in self._list_sequenced()]
+            self._last = max([stored, *staged])
+        return self._last
+
+    def discover(self) -> int:
+        """Give every visible inbox file the next sequence number (name order within this
+        listing) by renaming it into ``_sequenced/``. Returns how many were sequenced."""
+        try:
+            names = sorted(
+                entry.name
+                for entry in os.scandir(self.inbox)
+                if visible(entry.name) and entry.is_file()
+            )
+        except FileNotFoundError:
+            return 0
+        if not names:
+            return 0
+        self.sequenced.mkdir(parents=True, exist_ok=True)
+        last = self.last_assigned()
+        # Reserve the numbers before using them: a crash after a rename can then never hand
+        # the same number out again (a crash before the renames only leaves a gap).
+        self._store_sequence(last + len(names))
+        seq = last
+        for name in names:
+            try:
+                os.rename(self.inbox / name, self.sequenced / sequenced_name(seq + 1, name))
+            except FileNotFoundError:  # taken away between the listing and the rename
+                continue
+            seq += 1
+        self._last = last + len(names)
+        _fsync_dir(self.sequenced)
+        return seq - last
+
+    def _store_sequence(self, value: int) -> None:
+        tmp = self.sequenced / f"{SEQUENCE_FILE}.tmp"
+        tmp.write_text(str(value), encoding="ascii")
+        os.replace(tmp, self.sequenced / SEQUENCE_FILE)
+
+    # --- reading ------------------------------------------------------------------------------
+
+    def _list_sequenced(self) -> list[tuple[int, str]]:
+        try:
+            entries = os.scandir(self.sequenced)
+        except FileNotFoundError:
+            return []
+        with entries:
+            found = [(parse_sequenced(e.name), e.name) for e in entries if visible(e.name)]
+        return sorted((parsed[0], name) for parsed, name in found if parsed is not None)
+
+    def initial(self) -> Offset:
+        """Where a new checkpoint starts: before the oldest file still waiting in
+        ``_sequenced/`` (files an earlier checkpoint sequenced but never committed), else
+        after the last number assigned."""
+        staged = self._list_sequenced()
+        return Offset(staged[0][0] - 1 if staged else self.last_assigned(), 0)
+
+    def next_batch(self, start: Offset, max_files: int) -> tuple[list[Path], Offset]:
+        """Sequence what arrived, then the files after ``start`` (at most ``max_files``, in
+        sequence order) and the offset that ends them."""
+        self.discover()
+        chosen = [(seq, name) for seq, name in self._list_sequenced() if seq > start.seq]
+        chosen = chosen[:max_files]
+        if not chosen:
+            return [], start
+        end = Offset(chosen[-1][0], start.files + len(chosen))
+        return [self.sequenced / name for _, name in chosen], end
+
+    def between(self, start: Offset, end: Offset) -> list[tuple[Path, Path]]:
+        """The files of the range ``(start, end]`` in sequence order, as (sequenced path, where
+        the bytes are now): the same files every time it is asked, looked for in
+        ``_sequenced/`` and then in the archive. The sequenced path names the file in the rows
+        wherever it is read from, so a re-run orders and labels its lines the same way."""
+        found: dict[int, tuple[Path, Path]] = {}
+        for seq, name in self._list_sequenced():
+            if start.seq < seq <= end.seq:
+                found[seq] = (self.sequenced / name, self.sequenced / name)
+        wanted = end.files - start.files
+        if len(found) < wanted and self.archive is not None and self.archive.is_dir():
+            with os.scandir(self.archive) as entries:
+                for entry in entries:
+                    parsed = parse_sequenced(entry.name)
+                    if parsed is not None and start.seq < parsed[0] <= end.seq:
+                        found.setdefault(parsed[0], (self.sequenced / entry.name, Path(entry.path)))
+        if len(found) != wanted:
+            raise MissingInboxFiles(
+                f"the inbox range ({start.seq}, {end.seq}] held {wanted} files when it was "
+                f"read; {len(found)} are left in {self.sequenced} and {self.archive}"
+            )
+        return [found[seq] for seq in sorted(found)]
+
+    # --- after a commit -----------------------------------------------------------------------
+
+    def release(self, upto: int) -> int:
+        """Archive (or delete, or leave, per ``clean``) the sequenced files numbered ``upto`` or
+        less: Spark has committed every batch that read them. Returns how many moved."""
+        if self.clean == "off":
+            return 0
+        done = [name for seq, name in self._list_sequenced() if seq <= upto]
+        if self.clean == "archive" and done:
+            assert self.archive is not None
+            self.archive.mkdir(parents=True, exist_ok=True)
+        for name in done:
+            path = self.sequenced / name
+            with contextlib.suppress(FileNotFoundError):
+                if self.clean == "archive":
+                    assert self.archive is not None
+                    os.replace(path, self.archive / name)
+                else:
+                    path.unlink()
+        return len(done)
+
+
+def read_file(label: Path, path: Path | None = None) -> tuple[str, bytes]:
+    """A row of the source: the sequenced file's URI and the bytes (read from ``path`` when
+    the file has moved)."""
+    return label.absolute().as_uri(), (path or label).read_bytes()
+
+
+def committed_offset(checkpoint: Path) -> Offset | None:
+    """This source's offset in a checkpoint's last committed batch (None: no committed batch,
+    or the checkpoint did not read the inbox with this source). Spark's offset log files are a
+    version line, the batch's metadata, then one JSON line per source."""
+    commits = checkpoint / "commits"
+    ids = [int(p.name) for p in commits.iterdir() if p.name.isdigit()] if commits.is_dir() else []
+    if not ids:
+        return None
+    try:
+        text = (checkpoint / "offsets" / str(max(ids))).read_text(encoding="utf-8")
+    except OSError:
+        return None
+    for line in text.splitlines()[2:]:
+        with contextlib.suppress(ValueError):
+            value = json.loads(line)
+            if isinstance(value, dict) and SEQ in value:
+                return Offset.of(value)
+    return None
+
+
+# --- the Spark data source --------------------------------------------------------------------
+
+try:
+    from pyspark.sql.datasource import DataSource, SimpleDataSourceStreamReader
+except ImportError:  # pragma: no cover - the engine's users need no Spark
+    DataSource = object  # type: ignore[assignment,misc]
+    SimpleDataSourceStreamReader = object  # type: ignore[assignment,misc]
+
+
+class InboxDataSource(DataSource):
+    """``readStream.format("coordinator_inbox").option("path", inbox)`` with options
+    ``archive`` (directory), ``clean`` (archive, delete, off) and ``maxFilesPerTrigger``."""
+
+    @classmethod
+    def name(cls) -> str:
+        return SOURCE_NAME
+
+    def schema(self) -> str:
+        return SOURCE_SCHEMA
+
+    def simpleStreamReader(self, schema: Any) -> InboxReader:
+        options = self.options
+        return InboxReader(
+            SequencedInbox(options["path"], options.get("archive"), options.get("clean", "off")),
+            int(options.get("maxFilesPerTrigger", 1000)),
+        )
+
+
+class InboxReader(SimpleDataSourceStreamReader):
+    """Spark's side of :class:`SequencedInbox` (runs in a Python process of the driver; a
+    re-run batch may be read by an executor)."""
+
+    def __init__(self, inbox: SequencedInbox, max_files: int) -> None:
+        self.inbox = inbox
+        self.max_files = max_files
+
+    def initialOffset(self) -> dict[str, int]:
+        return self.inbox.initial().json()
+
+    def read(self, start: dict[str, Any]) -> tuple[Iterator[tuple[str, bytes]], dict[str, int]]:
+        files, end = self.inbox.next_batch(Offset.of(start), self.max_files)
+        return iter([read_file(path) for path in files]), end.json()
+
+    def readBetweenOffsets(
+        self, start: dict[str, Any], end: dict[str, Any]
+    ) -> Iterator[tuple[str, bytes]]:
+        files = self.inbox.between(Offset.of(start), Offset.of(end))
+        return iter([read_file(label, path) for label, path in files])
+
+    def commit(self, end: dict[str, Any]) -> None:
+        self.inbox.release(Offset.of(end).seq)

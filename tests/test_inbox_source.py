@@ -1,0 +1,225 @@
+"""The inbox source's sequencing, without Spark: numbers on discovery, exact re-reads, and
+files released only once committed (coordinator/stream/source.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from coordinator.stream.source import (
+    SEQUENCE_FILE,
+    SEQUENCED,
+    InboxReader,
+    MissingInboxFiles,
+    Offset,
+    SequencedInbox,
+    committed_offset,
+    parse_sequenced,
+    read_file,
+)
+
+
+def drop(inbox: Path, name: str, text: str = "{}\n") -> Path:
+    """A request file dropped the documented way: written hidden, renamed in."""
+    inbox.mkdir(parents=True, exist_ok=True)
+    tmp = inbox / f".{name}.tmp"
+    tmp.write_text(text)
+    return tmp.rename(inbox / name)
+
+
+def names(paths: list[Path]) -> list[str]:
+    return [p.name for p in paths]
+
+
+def originals(paths: list[Path]) -> list[str]:
+    return [parse_sequenced(p.name)[1] for p in paths]  # type: ignore[index]
+
+
+@pytest.fixture
+def inbox(tmp_path: Path) -> SequencedInbox:
+    return SequencedInbox(tmp_path / "inbox", tmp_path / "archive", "archive")
+
+
+def test_files_get_numbers_in_name_order_and_hidden_files_wait(inbox: SequencedInbox):
+    drop(inbox.inbox, "b.jsonl")
+    drop(inbox.inbox, "a.jsonl")
+    (inbox.inbox / ".c.jsonl.tmp").write_text("half")
+    (inbox.inbox / "_d.jsonl").write_text("{}\n")
+    files, end = inbox.next_batch(inbox.initial(), 100)
+    assert names(files) == ["0000000000000001-a.jsonl", "0000000000000002-b.jsonl"]
+    assert end == Offset(2, 2)
+    assert sorted(p.name for p in inbox.inbox.iterdir()) == [".c.jsonl.tmp", "_d.jsonl", SEQUENCED]
+
+
+def test_a_late_file_with_a_smaller_name_is_read_next(inbox: SequencedInbox):
+    drop(inbox.inbox, "0002-b.jsonl")
+    first, end = inbox.next_batch(inbox.initial(), 100)
+    assert originals(first) == ["0002-b.jsonl"]
+    drop(inbox.inbox, "0001-a.jsonl")  # sorts before everything read: a name offset skips it
+    second, end2 = inbox.next_batch(end, 100)
+    assert originals(second) == ["0001-a.jsonl"]
+    assert end2 == Offset(2, 2)
+
+
+def test_max_files_bounds_a_batch_and_the_rest_waits_in_order(inbox: SequencedInbox):
+    for i in range(5):
+        drop(inbox.inbox, f"{i}.jsonl")
+    first, end = inbox.next_batch(inbox.initial(), 2)
+    second, end = inbox.next_batch(end, 2)
+    third, end = inbox.next_batch(end, 2)
+    fourth, end4 = inbox.next_batch(end, 2)
+    assert [originals(b) for b in (first, second, third, fourth)] == [
+        ["0.jsonl", "1.jsonl"],
+        ["2.jsonl", "3.jsonl"],
+        ["4.jsonl"],
+        [],
+    ]
+    assert end4 == end == Offset(5, 5)
+
+
+def test_a_range_reads_the_same_files_after_they_were_archived(inbox: SequencedInbox):
+    for name in ("x.jsonl", "y.jsonl", "z.jsonl"):
+        drop(inbox.inbox, name, f'{{"f": "{name}"}}\n')
+    start = inbox.initial()
+    files, end = inbox.next_batch(start, 100)
+    rows = [read_file(p) for p in files]
+    inbox.release(2)  # two of the three moved to the archive
+    assert sorted(p.name for p in inbox.archive.iterdir()) == names(files[:2])  # type: ignore[union-attr]
+    again = [read_file(label, path) for label, path in inbox.between(start, end)]
+    assert again == rows  # same labels, same bytes, same order
+
+
+def test_a_range_whose_files_are_gone_is_refused(tmp_path: Path):
+    inbox = SequencedInbox(tmp_path / "inbox", None, "delete")
+    drop(inbox.inbox, "a.jsonl")
+    start = inbox.initial()
+    _, end = inbox.next_batch(start, 100)
+    inbox.release(end.seq)
+    with pytest.raises(MissingInboxFiles):
+        inbox.between(start, end)
+
+
+def test_a_gap_in_the_numbers_is_not_a_missing_file(inbox: SequencedInbox):
+    drop(inbox.inbox, "a.jsonl")
+    inbox.last_assigned()
+    # Numbers reserved, then a crash before the rename: number 1 is never used.
+    (inbox.sequenced).mkdir(parents=True)
+    (inbox.sequenced / SEQUENCE_FILE).write_text("1")
+    restarted = SequencedInbox(inbox.inbox, inbox.archive, "archive")
+    start = Offset(0, 0)
+    files, end = restarted.next_batch(start, 100)
+    assert names(files) == ["0000000000000002-a.jsonl"]
+    assert end == Offset(2, 1)
+    assert [label for label, _ in restarted.between(start, end)] == files
+
+
+def test_numbers_are_never_reused_once_every_file_is_gone(tmp_path: Path):
+    inbox = SequencedInbox(tmp_path / "inbox", None, "delete")
+    drop(inbox.inbox, "a.jsonl")
+    _, end = inbox.next_batch(inbox.initial(), 100)
+    inbox.release(end.seq)
+    # A new process, a new checkpoint: the sequence carries on.
+    again = SequencedInbox(inbox.inbox, None, "delete")
+    assert again.initial() == Offset(1, 0)
+    drop(inbox.inbox, "b.jsonl")
+    files, _ = again.next_batch(again.initial(), 100)
+    assert names(files) == ["0000000000000002-b.jsonl"]
+
+
+def test_a_new_checkpoint_starts_before_files_still_waiting(inbox: SequencedInbox):
+    for name in ("a.jsonl", "b.jsonl", "c.jsonl"):
+        drop(inbox.inbox, name)
+    files, end = inbox.next_batch(inbox.initial(), 1)
+    inbox.release(end.seq)  # a.jsonl committed; b and c sequenced, never committed
+    fresh = SequencedInbox(inbox.inbox, inbox.archive, "archive")
+    assert fresh.initial() == Offset(1, 0)
+    files, _ = fresh.next_batch(fresh.initial(), 100)
+    assert originals(files) == ["b.jsonl", "c.jsonl"]
+
+
+@pytest.mark.parametrize("clean", ["archive", "delete", "off"])
+def test_release_follows_job_clean_source(tmp_path: Path, clean: str):
+    inbox = SequencedInbox(tmp_path / "inbox", tmp_path / "archive", clean)
+    drop(inbox.inbox, "a.jsonl")
+    drop(inbox.inbox, "b.jsonl")
+    files, _ = inbox.next_batch(inbox.initial(), 100)
+    inbox.release(1)
+    left = sorted(p.name for p in inbox.sequenced.iterdir() if not p.name.startswith("."))
+    archived = sorted(p.name for p in (tmp_path / "archive").glob("*"))
+    assert left == (names(files) if clean == "off" else names(files[1:]))
+    assert archived == (names(files[:1]) if clean == "archive" else [])
+
+
+def test_the_reader_speaks_spark_offsets(inbox: SequencedInbox):
+    reader = InboxReader(inbox, max_files=10)
+    start = reader.initialOffset()
+    assert start == {"inbox_seq": 0, "inbox_files": 0}
+    drop(inbox.inbox, "a.jsonl", "one\n")
+    rows, end = reader.read(start)
+    rows = list(rows)
+    assert end == {"inbox_seq": 1, "inbox_files": 1}
+    assert [content for _, content in rows] == [b"one\n"]
+    assert rows[0][0].startswith("file:///") and rows[0][0].endswith("-a.jsonl")
+    assert list(reader.readBetweenOffsets(start, end)) == rows
+    assert reader.read(end)[1] == end  # nothing new: the offset stays
+    reader.commit(end)
+    assert [p.name for p in inbox.archive.iterdir()] == ["0000000000000001-a.jsonl"]  # type: ignore[union-attr]
+    with pytest.raises(ValueError, match="rebuild"):
+        reader.read({"logOffset": 3})  # an older release's file source offset
+
+
+def test_committed_offset_is_read_from_the_last_committed_batch(tmp_path: Path):
+    checkpoint = tmp_path / "checkpoint"
+    (checkpoint / "offsets").mkdir(parents=True)
+    (checkpoint / "commits").mkdir()
+    assert committed_offset(checkpoint) is None
+    meta = json.dumps({"batchWatermarkMs": 0, "batchTimestampMs": 1})
+    for batch, seq in ((0, 3), (1, 7)):
+        offsets = {"inbox_seq": seq, "inbox_files": seq}
+        (checkpoint / "offsets" / str(batch)).write_text(
+            f"v1\n{meta}\n{json.dumps(offsets)}\n{json.dumps({'logOffset': 0})}\n"
+        )
+    (checkpoint / "commits" / "0").write_text("v1\n{}\n")
+    assert committed_offset(checkpoint) == Offset(3, 3)  # batch 1 was planned, not committed
+
+
+def _checkpoint_with_offset(checkpoint: Path, seq: int, committed: bool = True) -> None:
+    (checkpoint / "offsets").mkdir(parents=True)
+    (checkpoint / "commits").mkdir()
+    meta = json.dumps({"batchWatermarkMs": 0, "batchTimestampMs": 1})
+    offsets = json.dumps({"inbox_seq": seq, "inbox_files": seq})
+    (checkpoint / "offsets" / "0").write_text(f"v1\n{meta}\n{offsets}\n")
+    if committed:
+        (checkpoint / "commits" / "0").write_text("v1\n{}\n")
+
+
+def test_a_rebuild_archives_what_the_old_checkpoint_committed(tmp_path: Path):
+    from coordinator.stream import rebuild
+    from coordinator.stream.settings import load_settings
+
+    settings = load_settings([], warehouse=str(tmp_path / "wh"))
+    paths = settings.job.paths
+    inbox = SequencedInbox(paths.inbox, paths.archive, "archive")
+    for name in ("a.jsonl", "b.jsonl", "c.jsonl"):
+        drop(paths.inbox, name)
+    files, _ = inbox.next_batch(inbox.initial(), 100)
+    old = tmp_path / "old"
+    _checkpoint_with_offset(old, 2)  # a and b were answered; c was sequenced, never read
+    assert not rebuild.reads_inbox_with_file_source(old)
+    assert rebuild.clean_answered_inbox_files(old, settings) == 2
+    assert sorted(p.name for p in paths.archive.iterdir()) == names(files[:2])
+    fresh = SequencedInbox(paths.inbox, paths.archive, "archive")
+    assert fresh.next_batch(fresh.initial(), 100)[0] == files[2:]
+
+
+def test_an_older_release_checkpoint_is_rebuilt_from_the_log(tmp_path: Path):
+    from coordinator.stream import rebuild
+
+    old = tmp_path / "old"
+    (old / "offsets").mkdir(parents=True)
+    meta = json.dumps({"batchWatermarkMs": 0, "batchTimestampMs": 1})
+    (old / "offsets" / "4").write_text(f"v1\n{meta}\n{json.dumps({'logOffset': 4})}\n")
+    assert rebuild.reads_inbox_with_file_source(old)
+    assert not rebuild.reads_inbox_with_file_source(tmp_path / "none")

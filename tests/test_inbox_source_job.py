@@ -1,0 +1,178 @@
+"""The inbox source in the Spark job: a checkpoint that does not grow with the files read, late
+files with small names, and re-run batches that read exactly what their first run read."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from coordinator.stream import job
+from coordinator.stream.source import parse_sequenced
+from tests.stream_support import RunningCoordinator
+
+pytestmark = pytest.mark.slow
+
+
+def drop(inbox: Path, name: str, requests: list[dict[str, Any]]) -> None:
+    """A request file, written hidden and renamed in (the documented way)."""
+    inbox.mkdir(parents=True, exist_ok=True)
+    tmp = inbox / f".{name}.tmp"
+    tmp.write_text("".join(json.dumps(r) + "\n" for r in requests))
+    os.rename(tmp, inbox / name)
+
+
+def commit(rid: str, group: str, offset: int) -> dict[str, Any]:
+    """A simple group's commit (generation -1): the last one applied wins."""
+    return {
+        "api": "offset_commit",
+        "request_id": rid,
+        "group_id": group,
+        "member_id": "",
+        "generation_id": -1,
+        "offsets": [{"topic": "t", "partition": 0, "offset": offset, "metadata": ""}],
+    }
+
+
+def fetch(rid: str, group: str) -> dict[str, Any]:
+    return {"api": "offset_fetch", "request_id": rid, "group_id": group, "partitions": None}
+
+
+def size(directory: Path) -> int:
+    return sum(p.stat().st_size for p in directory.rglob("*") if p.is_file())
+
+
+def archived(c: RunningCoordinator) -> int:
+    archive = c.settings.job.paths.archive
+    return sum(1 for _ in archive.iterdir()) if archive.is_dir() else 0
+
+
+#: Files per trigger in the growth test: many batches per thousand files, as at the gateway's
+#: pace, yet a test of a few minutes.
+FILES_PER_TRIGGER = 20
+
+
+def test_the_checkpoint_does_not_grow_with_the_files_read(spark, tmp_path):
+    """Spark's file source grew the checkpoint by about 120 bytes per file, forever. Here the
+    growth after warm-up (past ``minBatchesToRetain`` batches, as the job sets it) is Spark's
+    per-batch logs only, which that setting bounds: at most 10 KB per 1,000 files."""
+    retained = int(spark.conf.get("spark.sql.streaming.minBatchesToRetain"))
+    c = RunningCoordinator(spark, tmp_path / "warehouse", max_files_per_trigger=FILES_PER_TRIGGER)
+    inbox = c.settings.job.paths.inbox
+    checkpoint = c.settings.job.paths.checkpoint
+    sent = 0
+
+    def send(files: int) -> None:
+        nonlocal sent
+        for _ in range(files):
+            drop(inbox, f"{sent:08d}.jsonl", [fetch(f"r{sent}", f"g{sent % 5}")])
+            sent += 1
+        # Every file read and committed (the last batch's are archived at the next batch,
+        # which may not come without input: the last one may still be waiting).
+        c.wait_for(
+            lambda: archived(c) >= sent - FILES_PER_TRIGGER,
+            timeout_s=900,
+            what=f"{sent} files read",
+        )
+
+    c.start()
+    try:
+        # Warm-up: more batches than Spark keeps logs of, so its logs are at their bound.
+        send(FILES_PER_TRIGGER * (retained + 20))
+        warm = size(checkpoint)
+        measured = 4000
+        send(measured)
+        grown = size(checkpoint) - warm
+        progress = c.running.query.recentProgress  # type: ignore[union-attr]
+    finally:
+        c.stop()
+    assert all(p["numInputRows"] <= FILES_PER_TRIGGER for p in progress)
+    assert grown <= 10 * 1024 * measured / 1000, (
+        f"the checkpoint grew {grown} bytes over {measured} files (warm: {warm} bytes)"
+    )
+    assert not (checkpoint / "sources").exists()  # no file list anywhere
+
+
+def test_a_file_renamed_in_late_with_a_smaller_name_is_answered(spark, tmp_path):
+    late, slow = "9999999999999-fast-client-000002.jsonl", "0000000000001-slow-client-000001.jsonl"
+    c = RunningCoordinator(spark, tmp_path / "warehouse").start()
+    try:
+        inbox = c.settings.job.paths.inbox
+        drop(inbox, late, [commit("b", "ledger", 2)])
+        assert c.request(fetch("f1", "ledger"))["partitions"][0]["offset"] == 2
+        # Renamed in after that file was read, with a name that sorts before it (a client
+        # whose clock is behind, a hand-dropped file): read all the same, and applied after.
+        drop(inbox, slow, [commit("a", "ledger", 1)])
+        assert c.client.wait(["a"], timeout_s=60)["a"]["partitions"][0]["error"] is None
+        assert c.request(fetch("f2", "ledger"))["partitions"][0]["offset"] == 1
+        archive = c.settings.job.paths.archive
+
+        def archived_names() -> list[str]:
+            parsed = [parse_sequenced(p.name) for p in sorted(archive.iterdir())]
+            return [o[1] for o in parsed if o and o[1] in (late, slow)]
+
+        # Sequence order, not name order.
+        assert c.wait_for(lambda: len(archived_names()) == 2, what="both archived")
+        assert archived_names() == [late, slow]
+    finally:
+        c.stop()
+
+
+def test_a_rerun_batch_reads_the_same_rows_even_after_its_files_moved(spark, tmp_path, monkeypatch):
+    """A crash between Spark's offsets/N and commits/N re-runs batch N: it must see the same
+    files in the same order, even when they were moved to the archive meanwhile, and nothing
+    that arrived after (here a file whose name sorts first)."""
+    written: dict[int, list[list[str]]] = {}
+    original_write = job.BatchSink.write
+
+    def recording_write(self: job.BatchSink, rows: list[dict[str, Any]], batch_id: int) -> Any:
+        if any(r["kind"] != "tick" for r in rows):
+            written.setdefault(batch_id, []).append(
+                sorted(json.dumps(r, sort_keys=True, default=str) for r in rows)
+            )
+        return original_write(self, rows, batch_id)
+
+    monkeypatch.setattr(job.BatchSink, "write", recording_write)
+    crashed: list[int] = []
+
+    def crash_once(figures: job.BatchFigures) -> None:
+        if figures.records and not crashed:
+            crashed.append(figures.batch_id)
+            raise RuntimeError("simulated crash between the Delta writes and Spark's commit")
+
+    c = RunningCoordinator(spark, tmp_path / "warehouse")
+    c.after_write = crash_once
+    inbox = c.settings.job.paths.inbox
+    # Three files in one batch, their commits to one simple group: the order decides the winner.
+    for name, offset in (("b.jsonl", 2), ("c.jsonl", 3), ("a.jsonl", 1)):
+        drop(inbox, name, [commit(f"{name}-{i}", "audit", offset * 10 + i) for i in range(3)])
+    c.start()
+    try:
+        c.wait_for(lambda: not c.running.query.isActive, what="the query to fail")  # type: ignore[union-attr]
+        c.stop()
+        assert crashed
+        # The batch's files move to the archive while the job is down, and a new file arrives.
+        paths = c.settings.job.paths
+        sequenced = inbox / "_sequenced"
+        moved = sorted(p.name for p in sequenced.iterdir() if not p.name.startswith("."))
+        assert [parse_sequenced(n)[1] for n in moved] == ["a.jsonl", "b.jsonl", "c.jsonl"]  # type: ignore[index]
+        paths.archive.mkdir(parents=True, exist_ok=True)
+        for name in moved:
+            shutil.move(str(sequenced / name), str(paths.archive / name))
+        drop(inbox, "0.jsonl", [commit("late", "audit", 99)])
+        c.after_write = None
+        c.start()
+        answers = c.client.wait(["late"], timeout_s=120)
+        assert answers["late"]["partitions"][0]["error"] is None
+    finally:
+        c.stop()
+    batch = crashed[0]
+    first, rerun = written[batch][:2]
+    assert rerun == first
+    log = [r for r in c.rows("consumer_offsets") if r["record_type"] == "offset_commit"]
+    in_order = [r["committed_offset"] for r in sorted(log, key=lambda r: r["offset"])]
+    assert in_order == [10, 11, 12, 20, 21, 22, 30, 31, 32, 99]
