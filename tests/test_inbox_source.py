@@ -223,3 +223,16 @@ def test_an_older_release_checkpoint_is_rebuilt_from_the_log(tmp_path: Path):
     (old / "offsets" / "4").write_text(f"v1\n{meta}\n{json.dumps({'logOffset': 4})}\n")
     assert rebuild.reads_inbox_with_file_source(old)
     assert not rebuild.reads_inbox_with_file_source(tmp_path / "none")
+
+
+def test_the_initial_offset_is_kept_for_a_rerun_of_the_first_batch(inbox: SequencedInbox):
+    kept = inbox.inbox.parent / "checkpoint" / "initial.json"
+    drop(inbox.inbox, "a.jsonl")
+    reader = InboxReader(inbox, 10, kept)
+    start = reader.initialOffset()
+    _, end = reader.read(start)
+    # The first batch's files moved on before Spark re-runs it and asks for the start again.
+    inbox.release(Offset.of(end).seq)
+    again = InboxReader(SequencedInbox(inbox.inbox, inbox.archive, "archive"), 10, kept)
+    assert again.initialOffset() == start
+    assert len(list(again.readBetweenOffsets(again.initialOffset(), end))) == 1

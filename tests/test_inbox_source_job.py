@@ -51,9 +51,9 @@ def archived(c: RunningCoordinator) -> int:
     return sum(1 for _ in archive.iterdir()) if archive.is_dir() else 0
 
 
-#: Files per trigger in the growth test: many batches per thousand files, as at the gateway's
-#: pace, yet a test of a few minutes.
-FILES_PER_TRIGGER = 20
+#: Files per trigger in the growth test: a few batches per thousand files (the per-batch logs
+#: are what ``minBatchesToRetain`` bounds), yet a test of a few minutes.
+FILES_PER_TRIGGER = 50
 
 
 def test_the_checkpoint_does_not_grow_with_the_files_read(spark, tmp_path):
@@ -82,9 +82,9 @@ def test_the_checkpoint_does_not_grow_with_the_files_read(spark, tmp_path):
     c.start()
     try:
         # Warm-up: more batches than Spark keeps logs of, so its logs are at their bound.
-        send(FILES_PER_TRIGGER * (retained + 20))
+        send(FILES_PER_TRIGGER * (retained + 10))
         warm = size(checkpoint)
-        measured = 4000
+        measured = 2000
         send(measured)
         grown = size(checkpoint) - warm
         progress = c.running.query.recentProgress  # type: ignore[union-attr]
@@ -103,6 +103,7 @@ def test_a_file_renamed_in_late_with_a_smaller_name_is_answered(spark, tmp_path)
     try:
         inbox = c.settings.job.paths.inbox
         drop(inbox, late, [commit("b", "ledger", 2)])
+        assert c.client.wait(["b"], timeout_s=60)["b"]["partitions"][0]["error"] is None
         assert c.request(fetch("f1", "ledger"))["partitions"][0]["offset"] == 2
         # Renamed in after that file was read, with a name that sorts before it (a client
         # whose clock is behind, a hand-dropped file): read all the same, and applied after.

@@ -59,13 +59,14 @@ def _wall_clock_ms() -> int:
 class Inbox:
     """The job's inbox directory; :meth:`submit` adds one file of requests to it.
 
-    A file becomes visible only complete: it is written under a hidden name (Spark's file source
-    skips names starting with ``.`` or ``_``), flushed and fsynced, then renamed, which is atomic
+    A file becomes visible only complete: it is written under a hidden name (the job's inbox
+    source skips names starting with ``.`` or ``_``), flushed and fsynced, then renamed, which is atomic
     within one directory. Visible names are ``<epoch_ms:013d>-<client>-<counter:06d>.jsonl``:
     ``client`` (host, pid and a random token) keeps two clients from ever choosing the same name,
     and the millisecond is never allowed to go backwards within one ``Inbox``, so one client's
-    files sort in submission order even if the wall clock is stepped back. The job must not rely
-    on that order (Spark packs a batch's files largest first); it is for people and tools.
+    files sort in submission order even if the wall clock is stepped back. The job does not rely
+    on that order (its source numbers files in the order it finds them, whatever their names);
+    it is for people and tools.
 
     Thread safe: each call writes its own file.
     """

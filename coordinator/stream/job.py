@@ -127,6 +127,7 @@ def inbox_stream(spark: Any, settings: Settings) -> Any:
         spark.readStream.format(source.SOURCE_NAME)
         .option("maxFilesPerTrigger", job.max_files_per_trigger)
         .option("clean", job.clean_source)
+        .option("initialOffsetFile", str(paths.checkpoint / source.INITIAL_FILE))
     )
     if job.clean_source == "archive":
         paths.archive.mkdir(parents=True, exist_ok=True)

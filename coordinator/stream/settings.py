@@ -75,12 +75,14 @@ class JobSettings:
     #: ``rocksdb`` (RocksDBStateStoreProvider with changelog checkpointing); fixed per
     #: checkpoint (Spark pins the provider in it too).
     state_store: str = HDFS_STORE
+    #: Request files per micro-batch, at most (:mod:`coordinator.stream.source`).
     max_files_per_trigger: int = 1000
     #: The longest inbox line read as a request, in bytes (Kafka's ``max.request.size``
     #: default): a longer one is answered INVALID_REQUEST (or rejected) without being parsed.
     max_request_bytes: int = 1_048_576
-    #: What happens to processed inbox files: ``archive`` (to ``<warehouse>/archive``),
-    #: ``delete`` or ``off``.
+    #: What happens to an inbox file once the batch that read it is committed (until then it
+    #: waits in ``<inbox>/_sequenced/``): ``archive`` (to ``<warehouse>/archive``), ``delete``
+    #: or ``off`` (left in ``_sequenced/``).
     clean_source: str = "archive"
     #: Stop after this many seconds with no request in and nothing out (0 = run until killed).
     stop_when_idle_s: float = 0.0

@@ -67,6 +67,8 @@ SOURCE_SCHEMA = "source_file string, content binary"
 SEQUENCED = "_sequenced"
 #: The highest sequence number assigned so far (in ``_sequenced/``).
 SEQUENCE_FILE = ".sequence"
+#: The checkpoint's initial offset, kept beside Spark's own files (``<checkpoint>/INITIAL_FILE``).
+INITIAL_FILE = "inbox-source-initial.json"
 #: Offset keys (named so that a checkpoint's offset lines say whose they are).
 SEQ = "inbox_seq"
 FILES = "inbox_files"
@@ -287,7 +289,8 @@ except ImportError:  # pragma: no cover - the engine's users need no Spark
 
 class InboxDataSource(DataSource):
     """``readStream.format("coordinator_inbox").option("path", inbox)`` with options
-    ``archive`` (directory), ``clean`` (archive, delete, off) and ``maxFilesPerTrigger``."""
+    ``archive`` (directory), ``clean`` (archive, delete, off), ``maxFilesPerTrigger`` and
+    ``initialOffsetFile`` (where the query's first offset is kept: in its checkpoint)."""
 
     @classmethod
     def name(cls) -> str:
@@ -298,9 +301,11 @@ class InboxDataSource(DataSource):
 
     def simpleStreamReader(self, schema: Any) -> InboxReader:
         options = self.options
+        initial = options.get("initialOffsetFile")
         return InboxReader(
             SequencedInbox(options["path"], options.get("archive"), options.get("clean", "off")),
             int(options.get("maxFilesPerTrigger", 1000)),
+            Path(initial) if initial else None,
         )
 
 
@@ -308,12 +313,26 @@ class InboxReader(SimpleDataSourceStreamReader):
     """Spark's side of :class:`SequencedInbox` (runs in a Python process of the driver; a
     re-run batch may be read by an executor)."""
 
-    def __init__(self, inbox: SequencedInbox, max_files: int) -> None:
+    def __init__(
+        self, inbox: SequencedInbox, max_files: int, initial_file: Path | None = None
+    ) -> None:
         self.inbox = inbox
         self.max_files = max_files
+        #: Where the checkpoint's initial offset is kept. Spark asks for it again to re-run
+        #: batch 0, and by then the files it was computed from may have moved on.
+        self.initial_file = initial_file
 
     def initialOffset(self) -> dict[str, int]:
-        return self.inbox.initial().json()
+        if self.initial_file is not None:
+            with contextlib.suppress(FileNotFoundError):
+                return Offset.of(json.loads(self.initial_file.read_text(encoding="utf-8"))).json()
+        offset = self.inbox.initial().json()
+        if self.initial_file is not None:
+            self.initial_file.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self.initial_file.with_name(f".{self.initial_file.name}.tmp")
+            tmp.write_text(json.dumps(offset) + "\n", encoding="utf-8")
+            os.replace(tmp, self.initial_file)
+        return offset
 
     def read(self, start: dict[str, Any]) -> tuple[Iterator[tuple[str, bytes]], dict[str, int]]:
         files, end = self.inbox.next_batch(Offset.of(start), self.max_files)
