@@ -29,6 +29,7 @@ from coordinator.stream.client import decode_response
 from coordinator.stream.local import LocalJob
 from coordinator.stream.schema import CONSUMER_OFFSETS, GROUP_STATE, REJECTED_REQUESTS, RESPONSES
 from coordinator.stream.settings import load_settings
+from coordinator.stream.source import parse_sequenced
 from tests.support import GROUP_ID, Ctx
 
 
@@ -932,7 +933,9 @@ def test_the_running_job_survives_every_kind_at_once(spark: Any, tmp_path: Path)
             what="rejected rows",
         )
         assert sorted(r["raw"] for r in rows) == sorted(x.decode()[: 64 * 1024] for x in rejected)
-        assert all(r["source_file"].endswith("/mixed.jsonl") for r in rows)
+        # The file as the inbox source sequenced it: .../_sequenced/<sequence number>-mixed.jsonl.
+        names = {r["source_file"].rsplit("/", 1)[-1] for r in rows}
+        assert [parse_sequenced(name)[1] for name in names] == ["mixed.jsonl"]  # type: ignore[index]
         dup_rows = [r for r in c.rows(RESPONSES) if r["request_id"] == "dup"]
         assert len(dup_rows) == 2  # answered each time
 
