@@ -236,3 +236,13 @@ def test_the_initial_offset_is_kept_for_a_rerun_of_the_first_batch(inbox: Sequen
     again = InboxReader(SequencedInbox(inbox.inbox, inbox.archive, "archive"), 10, kept)
     assert again.initialOffset() == start
     assert len(list(again.readBetweenOffsets(again.initialOffset(), end))) == 1
+
+
+def test_numbers_continue_past_the_offset_spark_holds(tmp_path: Path):
+    # .sequence lost (a restored inbox, a crash before it reached the disk): never reuse a
+    # number the checkpoint's offsets already cover.
+    inbox = SequencedInbox(tmp_path / "inbox", None, "delete")
+    drop(inbox.inbox, "a.jsonl")
+    files, end = inbox.next_batch(Offset(41, 7), 10)
+    assert names(files) == ["0000000000000042-a.jsonl"]
+    assert end == Offset(42, 8)

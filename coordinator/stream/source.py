@@ -199,6 +199,8 @@ class SequencedInbox:
     def next_batch(self, start: Offset, max_files: int) -> tuple[list[Path], Offset]:
         """Sequence what arrived, then the files after ``start`` (at most ``max_files``, in
         sequence order) and the offset that ends them."""
+        # Numbers continue past any offset Spark holds, whatever became of .sequence.
+        self._last = max(self.last_assigned(), start.seq)
         self.discover()
         chosen = [(seq, name) for seq, name in self._list_sequenced() if seq > start.seq]
         chosen = chosen[:max_files]
