@@ -73,11 +73,13 @@ def test_the_checkpoint_does_not_grow_with_the_files_read(spark, tmp_path):
             sent += 1
         # Every file read and committed (the last batch's are archived at the next batch,
         # which may not come without input: the last one may still be waiting).
-        c.wait_for(
-            lambda: archived(c) >= sent - FILES_PER_TRIGGER,
-            timeout_s=900,
-            what=f"{sent} files read",
-        )
+        c.wait_for(lambda: read_all(sent), timeout_s=900, what=f"{sent} files read")
+
+    def read_all(files: int) -> bool:
+        query = c.running.query  # type: ignore[union-attr]
+        if not query.isActive:
+            raise AssertionError(f"the query stopped: {query.exception()}")
+        return archived(c) >= files - FILES_PER_TRIGGER
 
     c.start()
     try:

@@ -701,7 +701,9 @@ def source_start_timed_out(query: Any, timeout_s: float = 300.0) -> bool:
     a Python source process did not connect back in time (nothing was read or written)."""
     deadline = time.monotonic() + timeout_s
     while query.isActive and time.monotonic() < deadline:
-        if query.status.get("message") != "Initializing sources":
+        # "Initializing StreamExecution", then "Initializing sources" (the Python source's
+        # process is started there), then the first trigger.
+        if not str(query.status.get("message", "")).startswith("Initializing"):
             return False
         time.sleep(0.05)
     if query.isActive:
