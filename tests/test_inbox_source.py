@@ -246,3 +246,31 @@ def test_numbers_continue_past_the_offset_spark_holds(tmp_path: Path):
     files, end = inbox.next_batch(Offset(41, 7), 10)
     assert names(files) == ["0000000000000042-a.jsonl"]
     assert end == Offset(42, 8)
+
+
+class _Query:
+    """What ``job.source_start_timed_out`` reads of a StreamingQuery."""
+
+    def __init__(self, messages: list[str], exception: str | None) -> None:
+        self.messages = messages
+        self.error = exception
+
+    @property
+    def isActive(self) -> bool:
+        return bool(self.messages)
+
+    @property
+    def status(self) -> dict[str, str]:
+        return {"message": self.messages.pop(0)}
+
+    def exception(self) -> str | None:
+        return self.error
+
+
+def test_a_query_whose_source_process_did_not_connect_back_is_started_again():
+    from coordinator.stream.job import source_start_timed_out
+
+    slow = "org.apache.spark.SparkException: Python worker failed to connect back."
+    assert source_start_timed_out(_Query(["Initializing StreamExecution"] * 3, slow))
+    assert not source_start_timed_out(_Query(["Initializing sources", "Waiting for data"], None))
+    assert not source_start_timed_out(_Query([], "some other failure"))
