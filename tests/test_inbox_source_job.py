@@ -92,6 +92,7 @@ def test_the_checkpoint_does_not_grow_with_the_files_read(spark, tmp_path):
         progress = c.running.query.recentProgress  # type: ignore[union-attr]
     finally:
         c.stop()
+    print(f"checkpoint {warm} bytes after warm-up, then {grown:+d} bytes over {measured} files")
     assert all(p["numInputRows"] <= FILES_PER_TRIGGER for p in progress)
     assert grown <= 10 * 1024 * measured / 1000, (
         f"the checkpoint grew {grown} bytes over {measured} files (warm: {warm} bytes)"
