@@ -18,7 +18,10 @@ after every file was archived or deleted, or by a new checkpoint on the same inb
 **Offsets.** ``{"inbox_seq": S, "inbox_files": F}``: the last sequence number read and how
 many files were read up to it since the checkpoint began. ``F`` lets a re-read of a range tell
 a gap in the numbers (a file that vanished between listing and renaming, a crash between
-reserving numbers and renaming) from a file that moved.
+reserving numbers and renaming) from a file that moved. A new checkpoint starts before the
+oldest file still waiting in ``_sequenced/`` (else after the last number assigned), and keeps
+that first offset in ``<checkpoint>/inbox-source-initial.json``: Spark asks for it again to
+re-run batch 0.
 
 **Re-runs are exact.** A batch's range ``(start, end]`` is in Spark's offset log before the
 batch runs; reading it again (after a crash between ``offsets/N`` and ``commits/N``) reads the
@@ -171,6 +174,7 @@ class SequencedInbox:
             seq += 1
         self._last = last + len(names)
         _fsync_dir(self.sequenced)
+        log.debug("sequenced %d inbox files as %d..%d", seq - last, last + 1, seq)
         return seq - last
 
     def _store_sequence(self, value: int) -> None:
