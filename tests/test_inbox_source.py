@@ -274,3 +274,17 @@ def test_a_query_whose_source_process_did_not_connect_back_is_started_again():
     assert source_start_timed_out(_Query(["Initializing StreamExecution"] * 3, slow))
     assert not source_start_timed_out(_Query(["Initializing sources", "Waiting for data"], None))
     assert not source_start_timed_out(_Query([], "some other failure"))
+
+
+def test_two_queries_on_one_inbox_never_hand_out_a_number_twice(tmp_path: Path):
+    # A job being taken over by its successor: both sources may discover for a moment.
+    old = SequencedInbox(tmp_path / "inbox", None, "off")
+    new = SequencedInbox(tmp_path / "inbox", None, "off")
+    for reader, name in ((old, "x.jsonl"), (new, "y.jsonl"), (old, "z.jsonl")):
+        drop(reader.inbox, name)
+        assert reader.discover() == 1
+    assert sorted(p.name for p in old.sequenced.glob("0*")) == [
+        "0000000000000001-x.jsonl",
+        "0000000000000002-y.jsonl",
+        "0000000000000003-z.jsonl",
+    ]

@@ -49,6 +49,7 @@ driver, so ``PYSPARK_PYTHON`` must be the interpreter with this package
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import logging
 import os
@@ -70,6 +71,8 @@ SOURCE_SCHEMA = "source_file string, content binary"
 SEQUENCED = "_sequenced"
 #: The highest sequence number assigned so far (in ``_sequenced/``).
 SEQUENCE_FILE = ".sequence"
+#: Held (``flock``) while numbers are handed out (in ``_sequenced/``).
+LOCK_FILE = ".sequence.lock"
 #: The checkpoint's initial offset, kept beside Spark's own files (``<checkpoint>/INITIAL_FILE``).
 INITIAL_FILE = "inbox-source-initial.json"
 #: Offset keys (named so that a checkpoint's offset lines say whose they are).
@@ -140,40 +143,56 @@ class SequencedInbox:
     def last_assigned(self) -> int:
         """The highest sequence number ever assigned on this inbox (0: none)."""
         if self._last is None:
-            stored = 0
-            with contextlib.suppress(FileNotFoundError, ValueError):
-                stored = int((self.sequenced / SEQUENCE_FILE).read_text(encoding="ascii"))
             staged = [seq for seq, _ in self._list_sequenced()]
-            self._last = max([stored, *staged])
+            self._last = max([self._stored_sequence(), *staged])
         return self._last
+
+    def _stored_sequence(self) -> int:
+        with contextlib.suppress(FileNotFoundError, ValueError):
+            return int((self.sequenced / SEQUENCE_FILE).read_text(encoding="ascii"))
+        return 0
+
+    def _visible_files(self) -> list[str]:
+        try:
+            with os.scandir(self.inbox) as entries:
+                return sorted(e.name for e in entries if visible(e.name) and e.is_file())
+        except FileNotFoundError:
+            return []
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        """Exclusive use of the sequence, between processes: two queries on one inbox (a job
+        being taken over by its successor) must never hand out one number twice."""
+        fd = os.open(self.sequenced / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
 
     def discover(self) -> int:
         """Give every visible inbox file the next sequence number (name order within this
         listing) by renaming it into ``_sequenced/``. Returns how many were sequenced."""
-        try:
-            names = sorted(
-                entry.name
-                for entry in os.scandir(self.inbox)
-                if visible(entry.name) and entry.is_file()
-            )
-        except FileNotFoundError:
-            return 0
-        if not names:
+        if not self._visible_files():
             return 0
         self.sequenced.mkdir(parents=True, exist_ok=True)
-        last = self.last_assigned()
-        # Reserve the numbers before using them: a crash after a rename can then never hand
-        # the same number out again (a crash before the renames only leaves a gap).
-        self._store_sequence(last + len(names))
-        seq = last
-        for name in names:
-            try:
-                os.rename(self.inbox / name, self.sequenced / sequenced_name(seq + 1, name))
-            except FileNotFoundError:  # taken away between the listing and the rename
-                continue
-            seq += 1
-        self._last = last + len(names)
-        _fsync_dir(self.sequenced)
+        with self._locked():
+            names = self._visible_files()  # again: another process may have taken some
+            if not names:
+                return 0
+            last = max(self.last_assigned(), self._stored_sequence())
+            # Reserve the numbers before using them: a crash after a rename can then never
+            # hand the same number out again (a crash before the renames only leaves a gap).
+            self._store_sequence(last + len(names))
+            self._last = last + len(names)
+            seq = last
+            for name in names:
+                try:
+                    os.rename(self.inbox / name, self.sequenced / sequenced_name(seq + 1, name))
+                except FileNotFoundError:  # taken away between the listing and the rename
+                    continue
+                seq += 1
+            _fsync_dir(self.sequenced)
         log.debug("sequenced %d inbox files as %d..%d", seq - last, last + 1, seq)
         return seq - last
 
