@@ -66,7 +66,7 @@ import pyarrow as pa
 from deltalake import DeltaTable
 
 from coordinator.admin import history
-from coordinator.admin.tables import AsOf, Cut, WarehouseReader, format_ms
+from coordinator.admin.tables import AsOf, AsOfError, Cut, WarehouseReader, format_ms
 from coordinator.log.records import GROUP_METADATA, OFFSET_COMMIT
 from coordinator.stream.schema import (
     CONSUMER_OFFSETS,
@@ -433,8 +433,10 @@ class Queries:
     # --- SQL ------------------------------------------------------------------------------------
 
     def dataframes(self) -> dict[str, Any]:
-        """Every view's DataFrame by view name (:data:`VIEWS`)."""
-        return {
+        """Every view's DataFrame by view name (:data:`VIEWS`). At a past cut that
+        ``responses`` or ``rejected_requests`` no longer hold whole (their retention is shorter
+        than the history window), those two are left out rather than shown in part."""
+        frames = {
             GROUP_STATE: self.group_state(),
             GROUP_HISTORY: self.group_history(),
             "committed_offsets": self.committed_offsets(),
@@ -442,9 +444,13 @@ class Queries:
             "rebalances": self.rebalances(),
             "members_history": self.members_history(),
             CONSUMER_OFFSETS: self.table(CONSUMER_OFFSETS),
-            RESPONSES: self.table(RESPONSES),
-            REJECTED_REQUESTS: self.table(REJECTED_REQUESTS),
         }
+        for name in (RESPONSES, REJECTED_REQUESTS):
+            try:
+                frames[name] = self.table(name)
+            except AsOfError:
+                continue
+        return frames
 
     def register_views(self, prefix: str = "") -> list[str]:
         """Register every DataFrame as a temporary view named ``prefix + name`` (replacing

@@ -460,3 +460,35 @@ def test_through_the_job_batch_the_operator_tools_answer_inside_the_window(
     )
     out, _ = capsys.readouterr()
     assert code == 1 and "no longer kept" in out
+
+
+def test_spark_queries_inside_the_window_and_without_what_is_gone(
+    tmp_path: Path, spark: Any
+) -> None:
+    """coordinator.queries over a retained warehouse: now, the committed offsets are the
+    engine's; at a cut inside the history window but older than the responses' retention the
+    views are there but for responses (left out, not shown in part)."""
+    from coordinator.queries import Queries
+
+    stream = Stream(tmp_path, Housekeeping(0, 0, 0, retention_every_batches=5, retention=RETENTION))
+    versions = []
+    for round_ in range(40):
+        stream.step(round_)
+        versions.append(stream.table(CONSUMER_OFFSETS).version())
+    now = Queries(spark, tmp_path)
+    committed = {
+        (r["group_id"], r["partition"]): r["committed_offset"]
+        for r in now.committed_offsets().collect()
+    }
+    assert committed == {(g, p): 39 + p for g in GROUPS for p in (0, 1)}
+    # Batch 20: inside the 20-batch history window (the last retention ran at batch 35),
+    # outside the 10-batch responses one.
+    past = Queries(spark, tmp_path, as_of=str(versions[20]))
+    assert past.cut.batch_id == 20
+    views = past.register_views(prefix="past_")
+    assert "past_committed_offsets" in views and "past_responses" not in views
+    offsets = spark.sql(
+        "SELECT committed_offset FROM past_committed_offsets WHERE group_id = 'alpha' "
+        "AND partition = 0"
+    ).collect()
+    assert [r[0] for r in offsets] == [20]

@@ -1,9 +1,9 @@
 """Retention under steady load: what it keeps, and what a run costs the batch it runs after.
 
 ``python -m coordinator.bench.retention [--groups G] [--partitions P] [--batches B]
-[--history-s S]`` writes B micro-batches through the job's sink (:class:`DeltaSink`, the job's
-housekeeping schedule: retention, compaction and checkpoints every 100 batches, vacuum every
-1,000) on a simulated clock (a batch every 200 ms, the job's trigger), each batch an offset
+[--history-s S] [--every N]`` writes B micro-batches through the job's sink
+(:class:`DeltaSink`; retention, compaction and checkpoints every N batches, 100 as the job
+does by default, vacuum every 1,000) on a simulated clock (a batch every 200 ms, the job's trigger), each batch an offset
 commit of every partition of every group (G x P log records) plus their responses, with a
 history window of S simulated seconds. Prints the write time of a batch, the time of each
 retention run, and what the tables hold at the end against what was written. Figures, not a
@@ -31,9 +31,14 @@ START_MS = 1_800_000_000_000
 PARTITIONS = 50
 
 
-def run(groups: int, partitions: int, batches: int, history_s: float, root: Path) -> None:
+def run(
+    groups: int, partitions: int, batches: int, history_s: float, every: int, root: Path
+) -> None:
     history_ms = int(history_s * 1000)
     housekeeping = Housekeeping(
+        compact_every_batches=every,
+        checkpoint_every_batches=every,
+        retention_every_batches=every,
         vacuum_retention_hours=0,
         retention=Retention(
             history_ms=history_ms,
@@ -128,9 +133,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--batches", type=int, default=600)
     parser.add_argument("--history-s", type=float, default=30.0)
+    parser.add_argument(
+        "--every", type=int, default=100, help="retention, compaction, checkpoints (batches)"
+    )
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="bench-retention-") as root:
-        run(args.groups, args.partitions, args.batches, args.history_s, Path(root))
+        run(args.groups, args.partitions, args.batches, args.history_s, args.every, Path(root))
     return 0
 
 

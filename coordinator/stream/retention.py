@@ -14,9 +14,10 @@ batch ids, on the batch's clock (Spark's batch timestamp; the embedded gateway's
   whose cleanable part is dirty enough (``job.offsets.min.cleanable.dirty.ratio``; what is
   dirty is tracked in memory since the sink opened, so the first run after a start cleans
   every partition once) and reads at most ``job.offsets.cleaner.rows.per.run`` rows per run.
-  A partition is rewritten with one Delta overwrite of the rows before its first uncleanable
-  offset (``offsets_partition = p AND offset < u``): one commit, no app transaction, so every
-  table's ``transaction_version`` (the batch markers) is what it was.
+  The partitions of one run are rewritten with one Delta overwrite of the rows before their
+  first uncleanable offsets (``(offsets_partition = p AND offset < u) OR ...``): one commit,
+  no app transaction, so every table's ``transaction_version`` (the batch markers) is what it
+  was.
 - ``group_history`` keeps every row inside the window and, before it, each group's last row
   (unless the group was Dead then): a group quiet for longer than the window still has the
   summary a cut inside the window needs.
@@ -42,9 +43,11 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.dataset as ds
 from deltalake import DeltaTable, write_deltalake
 
 from coordinator.log.cleaner import DEFAULT_DELETE_RETENTION_MS, CleanerPolicy, plan_partition
@@ -211,22 +214,41 @@ class LogCleaner:
     first_dirty: dict[int, tuple[int, int]] = field(default_factory=dict)
 
     def run(self, table: DeltaTable, now_ms: int) -> str:
+        """One cleaning: the partitions dirty enough, within the rows budget, rewritten in
+        one Delta commit (an overwrite of each partition's cleaned range)."""
         policy = self.retention.policy
         horizon = policy.horizon_ms(now_ms)
         chosen = self._choose(table, horizon)
+        files = _files_by_partition(table) if chosen else {}
         removed = read = 0
         kept: KeptFrom | None = None
+        survivors: list[pa.Table] = []
+        ranges: list[str] = []
         for partition, rows in chosen:
             if read and read + rows > self.retention.offsets_cleaner_rows_per_run:
                 break
             read += rows
-            gone, partition_kept = self._clean_partition(table, partition, now_ms, policy)
+            cleaned = self._clean_partition(partition, files.get(partition, []), now_ms, policy)
+            if cleaned is None:
+                continue
+            gone, partition_kept, partition_survivors, end = cleaned
             removed += gone
-            if partition_kept is not None:
-                kept = partition_kept.later(kept)
+            kept = partition_kept.later(kept)
+            survivors.append(partition_survivors)
+            ranges.append(f"(offsets_partition = {partition} AND offset < {end})")
+        if ranges:
+            predicate = " OR ".join(ranges)
+            data = pa.concat_tables(survivors)
+            if data.num_rows == 0:
+                table.delete(predicate)
+            else:
+                write_deltalake(table, data, mode="overwrite", predicate=predicate)
         if kept is not None:
             _record_kept_from(table, kept)
-        return f"{len(chosen)} partitions dirty, {read} rows read, {removed} removed"
+        return (
+            f"{len(chosen)} partitions dirty, {len(ranges)} rewritten, {read} rows read, "
+            f"{removed} removed"
+        )
 
     def _choose(self, table: DeltaTable, horizon: int) -> list[tuple[int, int]]:
         """(partition, rows) of the partitions to clean, dirtiest first (Kafka's choice).
@@ -273,9 +295,21 @@ class LogCleaner:
         return [(p, totals[p]) for _, p in sorted(ready, reverse=True)]
 
     def _clean_partition(
-        self, table: DeltaTable, partition: int, now_ms: int, policy: CleanerPolicy
-    ) -> tuple[int, KeptFrom | None]:
-        rows = table.to_pyarrow_table(filters=[("offsets_partition", "=", partition)])
+        self, partition: int, files: list[str], now_ms: int, policy: CleanerPolicy
+    ) -> tuple[int, KeptFrom, pa.Table, int] | None:
+        """Plan one partition's cleaning: (records removed, the history it leaves, the
+        survivors of its cleaned range, the first offset after that range), or None when
+        nothing goes."""
+        if not files:
+            return None
+        # The partition's files read directly: delta-rs's own dataset builds an expression per
+        # file of the whole table, seconds for a few thousand small files.
+        in_files = pa.schema(
+            [f for f in schema.CONSUMER_OFFSETS_SCHEMA if f.name != "offsets_partition"]
+        )
+        rows = ds.dataset(files, schema=in_files, format="parquet").to_table()
+        field = schema.CONSUMER_OFFSETS_SCHEMA.field("offsets_partition")
+        rows = rows.append_column(field, pa.array([partition] * rows.num_rows, field.type))
         rows = rows.sort_by("offset")
         offsets = rows.column("offset").to_pylist()
         plan = plan_partition(
@@ -289,20 +323,40 @@ class LogCleaner:
         end = offsets[plan.cleanable] if plan.cleanable < len(offsets) else offsets[-1] + 1
         self.first_dirty[partition] = (end, policy.horizon_ms(now_ms))
         if plan.removed == 0:
-            return 0, None
+            return None
         cleaned = rows.slice(0, plan.cleanable)
         survivors = cleaned.filter(pa.array(plan.keep[: plan.cleanable], pa.bool_()))
-        predicate = f"offsets_partition = {partition} AND offset < {end}"
-        if survivors.num_rows == 0:
-            table.delete(predicate)
-        else:
-            data = survivors.select(schema.CONSUMER_OFFSETS_SCHEMA.names).cast(
-                schema.CONSUMER_OFFSETS_SCHEMA
-            )
-            write_deltalake(table, data, mode="overwrite", predicate=predicate)
-        newest_batch = pc.max(cleaned.column("batch_id")).as_py()
+        data = survivors.select(schema.CONSUMER_OFFSETS_SCHEMA.names).cast(
+            schema.CONSUMER_OFFSETS_SCHEMA
+        )
+        newest_batch = int(pc.max(cleaned.column("batch_id")).as_py())
         setting = f"{SETTING[CONSUMER_OFFSETS]}={self.retention.history_ms}"
-        return plan.removed, KeptFrom(int(newest_batch), policy.horizon_ms(now_ms), setting)
+        return plan.removed, KeptFrom(newest_batch, policy.horizon_ms(now_ms), setting), data, end
+
+
+def _files_by_partition(table: DeltaTable) -> dict[int, list[str]]:
+    """The local paths of ``consumer_offsets``' data files, by offsets partition."""
+    actions = pa.table(table.get_add_actions(flatten=True))
+    column = "partition.offsets_partition"
+    if actions.num_rows == 0 or column not in actions.column_names:
+        return {}
+    root = table.table_uri
+    root = unquote(urlparse(root).path) if root.startswith("file:") else root
+    out: dict[int, list[str]] = {}
+    for path, partition in zip(
+        actions.column("path").to_pylist(), actions.column(column).to_pylist(), strict=True
+    ):
+        if partition is None:
+            continue
+        parsed = urlparse(path)
+        if parsed.scheme == "file":
+            local = unquote(parsed.path)
+        elif parsed.scheme:
+            raise ValueError(f"a data file outside the local file system: {path}")
+        else:
+            local = str(Path(root) / unquote(path))
+        out.setdefault(int(partition), []).append(local)
+    return out
 
 
 # --- the other tables -------------------------------------------------------------------------

@@ -450,9 +450,7 @@ class DeltaSink:
         hk = self.housekeeping
         tasks: list[tuple[str, Callable[[str, DeltaTable], str]]] = []
         if hk.due(hk.retention_every_batches, batch_id):
-            tasks.append(
-                ("retention", lambda name, dt: self._retainer.table_task(name, dt, now_ms))
-            )
+            tasks.append(("retention", lambda name, dt: self._retain(name, dt, now_ms)))
         if hk.due(hk.compact_every_batches, batch_id):
             tasks.append(("compact", lambda _, dt: _compact(dt)))
         if hk.due(hk.checkpoint_every_batches, batch_id):
@@ -479,6 +477,12 @@ class DeltaSink:
                 suffix = f" ({detail})" if detail else ""
                 report.housekeeping.append(f"{task} {name}: {_ms_since(started):.1f} ms{suffix}")
         report.housekeeping_ms = _ms_since(all_started)
+
+    def _retain(self, name: str, table: DeltaTable, now_ms: int) -> str:
+        """Retention of one table, on a snapshot checked to carry our owner epoch (a newer
+        owner's fence then fails its commits, as it fails a batch's)."""
+        self._fence(name)
+        return self._retainer.table_task(name, table, now_ms)
 
     def _archive_retention(self, report: BatchReport, now_ms: int) -> None:
         started = time.perf_counter()
