@@ -43,6 +43,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
@@ -336,18 +337,35 @@ class LogCleaner:
 
 def _files_by_partition(table: DeltaTable) -> dict[int, list[str]]:
     """The local paths of ``consumer_offsets``' data files, by offsets partition."""
+    out: dict[int, list[str]] = {}
+    for path, values in _data_files(table):
+        partition = values.get("offsets_partition")
+        if partition is not None:
+            out.setdefault(int(partition), []).append(path)
+    return out
+
+
+def _data_files(
+    table: DeltaTable, oldest_before: tuple[str, int] | None = None
+) -> list[tuple[str, dict[str, Any]]]:
+    """(local path, partition values) of the table's data files, from its add actions; with
+    ``oldest_before=(column, t)`` only the files whose ``column`` starts before ``t`` (by the
+    files' statistics). Read directly: delta-rs's own dataset builds an expression per file of
+    the whole table, seconds for a few thousand small files."""
     actions = pa.table(table.get_add_actions(flatten=True))
-    column = "partition.offsets_partition"
-    if actions.num_rows == 0 or column not in actions.column_names:
-        return {}
+    if actions.num_rows == 0:
+        return []
+    if oldest_before is not None:
+        column, before = oldest_before
+        name = f"min.{column}"
+        if name in actions.column_names:
+            actions = actions.filter(pc.fill_null(pc.less(actions.column(name), before), True))
     root = table.table_uri
     root = unquote(urlparse(root).path) if root.startswith("file:") else root
-    out: dict[int, list[str]] = {}
-    for path, partition in zip(
-        actions.column("path").to_pylist(), actions.column(column).to_pylist(), strict=True
-    ):
-        if partition is None:
-            continue
+    partitions = [n for n in actions.column_names if n.startswith("partition.")]
+    values = [actions.column(n).to_pylist() for n in partitions]
+    out = []
+    for index, path in enumerate(actions.column("path").to_pylist()):
         parsed = urlparse(path)
         if parsed.scheme == "file":
             local = unquote(parsed.path)
@@ -355,8 +373,27 @@ def _files_by_partition(table: DeltaTable) -> dict[int, list[str]]:
             raise ValueError(f"a data file outside the local file system: {path}")
         else:
             local = str(Path(root) / unquote(path))
-        out.setdefault(int(partition), []).append(local)
+        out.append(
+            (
+                local,
+                {
+                    n.removeprefix("partition."): v[index]
+                    for n, v in zip(partitions, values, strict=True)
+                },
+            )
+        )
     return out
+
+
+def _read_old(table: DeltaTable, name: str, column: str, before: int) -> pa.Table:
+    """The rows of an unpartitioned table whose ``column`` is before ``before``, reading only
+    the files that hold some."""
+    files = [path for path, _ in _data_files(table, (column, before))]
+    table_schema = schema.TABLE_SCHEMAS[name]
+    if not files:
+        return table_schema.empty_table()
+    data = ds.dataset(files, schema=table_schema, format="parquet")
+    return data.to_table(filter=pc.field(column) < before)
 
 
 # --- the other tables -------------------------------------------------------------------------
@@ -388,11 +425,7 @@ def trim_group_history(table: DeltaTable, now_ms: int, history_ms: int) -> str:
     oldest = _oldest(table, "updated_at_ms")
     if oldest is None or oldest > horizon:
         return "nothing before the window"
-    old = (
-        table.to_pyarrow_dataset()
-        .to_table(filter=pc.field("updated_at_ms") <= horizon)
-        .select(schema.GROUP_HISTORY_SCHEMA.names)
-    )
+    old = _read_old(table, GROUP_HISTORY, "updated_at_ms", horizon + 1)
     latest: dict[str, int] = {}
     batches = old.column("batch_id").to_pylist()
     for index, group_id in enumerate(old.column("group_id").to_pylist()):
@@ -424,14 +457,8 @@ def delete_older(table: DeltaTable, name: str, column: str, now_ms: int, keep_ms
     if oldest is None or newest is None or oldest >= horizon:
         return "nothing older"
     predicate = f"{column} < {horizon} AND batch_id < {newest}"
-    batches = (
-        table.to_pyarrow_dataset()
-        .to_table(
-            columns=["batch_id"],
-            filter=(pc.field(column) < horizon) & (pc.field("batch_id") < newest),
-        )
-        .column("batch_id")
-    )
+    old = _read_old(table, name, column, horizon)
+    batches = old.column("batch_id").filter(pc.less(old.column("batch_id"), newest))
     if len(batches) == 0:
         return "nothing older"
     metrics = table.delete(predicate)
