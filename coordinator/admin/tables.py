@@ -247,6 +247,12 @@ class WarehouseReader:
         try:
             table.load_as_version(datetime.fromtimestamp(timestamp_ms / 1000, UTC))
         except Exception as problem:  # delta-rs: no version at or before that time
+            if start is not None and start[0] > 0:  # the log was cleaned: never guess
+                raise AsOfError(
+                    f"the warehouse as of {format_ms(timestamp_ms)} is no longer kept: the "
+                    f"Delta log of {RESPONSES} cannot be read at that time ({problem}; "
+                    f"{_log_retention(self.table(RESPONSES))})"
+                ) from None
             if "before" in str(problem).lower() or "no version" in str(problem).lower():
                 return None
             raise
