@@ -28,6 +28,9 @@ TOPIC = "orders"
 #: Members here only heartbeat when a test says so, and a step costs a micro-batch (several
 #: seconds on a loaded 2-core box): sessions must outlast a whole test unless it wants them to end.
 SESSION_MS = 60_000
+#: The session of the member that falls silent: short enough to expire soon, long enough for a
+#: member heartbeating through a slow micro-batch (several seconds on a loaded 2-core box).
+SILENT_SESSION_MS = 12_000
 
 
 def subscription() -> str:
@@ -201,9 +204,10 @@ def test_a_group_forms_heartbeats_commits_and_fetches(coordinator: RunningCoordi
 
 def test_a_silent_member_times_out_and_the_group_rebalances(coordinator: RunningCoordinator):
     c = coordinator
-    generation, (alive, silent) = form_group(c, "billing", 2, session_ms=3_000)
-    # Only `alive` heartbeats; the session of `silent` runs out in the job (no input for it).
-    deadline = time.monotonic() + 60
+    # A session long enough that `alive`'s heartbeats, each a round trip through a micro-batch,
+    # keep it on a loaded box; `silent` sends nothing, so its session runs out in the job.
+    generation, (alive, silent) = form_group(c, "billing", 2, session_ms=SILENT_SESSION_MS)
+    deadline = time.monotonic() + 120
     rebalancing = None
     beat = 0
     while time.monotonic() < deadline:
@@ -215,7 +219,7 @@ def test_a_silent_member_times_out_and_the_group_rebalances(coordinator: Running
         assert answer["error"] is None
         time.sleep(0.5)
     assert rebalancing is not None, "the silent member's session never expired"
-    rejoined = c.request(join("rejoin", "billing", alive, session_ms=3_000))
+    rejoined = c.request(join("rejoin", "billing", alive, session_ms=SILENT_SESSION_MS))
     assert rejoined["error"] is None
     assert rejoined["generation_id"] == generation + 1
     assert [m["member_id"] for m in rejoined["members"]] == [alive]  # `silent` is gone
