@@ -153,6 +153,8 @@ class GatewayExporter:
             embedded = backend
 
             def check() -> str | None:
+                if embedded.lost is not None:
+                    return f"{embedded.lost}"
                 return "reloading the log after a failed write" if embedded.loading else None
 
         self.readiness = Readiness(
