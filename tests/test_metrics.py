@@ -255,6 +255,10 @@ def test_gateway_command_says_listening_when_ready_and_serves_metrics(tmp_path):
         str(tmp_path / "gw"),
         "--topic",
         "t:3",
+        "--gateway-conf",
+        os.devnull,
+        "--set",
+        "group.initial.rebalance.delay.ms=0",
     ]
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     process = subprocess.Popen(
@@ -264,9 +268,9 @@ def test_gateway_command_says_listening_when_ready_and_serves_metrics(tmp_path):
         assert process.stdout is not None
         line = process.stdout.readline()
         assert line.startswith(f"coordinator gateway listening on 127.0.0.1:{port}"), line
-        assert get(metrics_port, "/readyz")[0] == 200
+        assert get(metrics_port, "/readyz") == (200, "ready\n")
         joined = call(port, codec.JOIN_GROUP, 3, join_body())
-        assert joined["error_code"] == 0
+        assert joined["error_code"] == 0, joined
         scrape = Scrape(metrics_port)
         assert scrape.value("coordinator_gateway_requests_total", api="JoinGroup", error="none")
         assert scrape.value("coordinator_groups", state="CompletingRebalance") == 1

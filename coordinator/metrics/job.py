@@ -298,7 +298,25 @@ class JobMetrics:
         table_ms: Mapping[str, float],
         replayed: bool,
     ) -> None:
-        """One batch's tables are written (the sink's thread, before Spark commits it)."""
+        """One batch's tables are written (the sink's thread, before Spark commits it). A
+        failure here is logged, never raised: metrics must not fail a batch."""
+        try:
+            self._batch_written(
+                records, responses, groups, rejected, list_groups, table_ms, replayed
+            )
+        except Exception:
+            log.exception("metrics: batch figures not recorded")
+
+    def _batch_written(
+        self,
+        records: list[dict[str, Any]],
+        responses: list[dict[str, Any]],
+        groups: list[dict[str, Any]],
+        rejected: list[dict[str, Any]],
+        list_groups: list[Any],
+        table_ms: Mapping[str, float],
+        replayed: bool,
+    ) -> None:
         written_at = time.time()
         self.inbox.scan()
         answered = [r.get("request_id") for r in responses]
@@ -317,6 +335,12 @@ class JobMetrics:
 
     def batch_completed(self, progress: Any, batch_id: int, timers_fired: int) -> None:
         """Spark's progress of one completed batch (the listener's thread)."""
+        try:
+            self._batch_completed(progress, batch_id, timers_fired)
+        except Exception:
+            log.exception("metrics: batch progress not recorded")
+
+    def _batch_completed(self, progress: Any, batch_id: int, timers_fired: int) -> None:
         self.batches.inc()
         self.last_batch.set(batch_id)
         self.batch_duration.observe(progress.batchDuration / 1000)
