@@ -169,12 +169,13 @@ class Gateway:
                 continue
             # ApiVersions above its range is answered in v0 (request.body is None).
             version = 0 if request.body is None else request.api_version
-            writer.write(
-                codec.encode_response(request.api_key, version, request.correlation_id, answer)
+            response = codec.encode_response(
+                request.api_key, version, request.correlation_id, answer
             )
-            await writer.drain()
-            if metrics is not None:
+            if metrics is not None:  # before the client can see the answer
                 metrics.answered(request.api_key, answer, time.perf_counter() - started)
+            writer.write(response)
+            await writer.drain()
 
 
 async def run(

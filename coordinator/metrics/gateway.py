@@ -8,8 +8,9 @@
 ``coordinator_gateway_requests_total``              requests answered, by Kafka API name and error (the
                                                     first non-zero error code anywhere in the answer,
                                                     ``none`` when there is none)
-``coordinator_gateway_request_duration_seconds``    from a request's frame read to its answer written,
-                                                    by API (a parked JoinGroup waits here)
+``coordinator_gateway_request_duration_seconds``    from a request's frame read to its answer encoded
+                                                    (counted before it is sent), by API (a parked
+                                                    JoinGroup waits here)
 ==================================================  ===================================================
 
 Error names are Kafka's (``coordinator_load_in_progress``, ``rebalance_in_progress``...), as
@@ -100,7 +101,7 @@ class GatewayMetrics:
         )
         self.latency = Histogram(
             "coordinator_gateway_request_duration_seconds",
-            "From a request read to its answer written, by Kafka API",
+            "From a request read to its answer ready to send, by Kafka API",
             ["api"],
             buckets=LATENCY_BUCKETS,
             registry=registry,

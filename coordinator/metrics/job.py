@@ -33,10 +33,12 @@ summaries each batch writes to ``group_state``, seeded from that table at start.
 Readiness: ``/readyz`` answers 200 once the query runs and has completed its first micro-batch,
 and 503 again once it stops.
 
-The latency needs each answer's request file: at every batch the inbox is listed and the files
-not seen before are read for their request ids (the batch's own files are still there: the
-file source archives a batch's files only after the batch commits). That costs a listing per
-batch and a second read of each request file, on the driver, only with metrics on.
+The latency needs each answer's request file: a thread of the metrics lists the inbox every
+``SCAN_INTERVAL_S`` and reads the files it has not seen for their request ids; a batch whose
+answers name a request not seen yet lists the inbox once more before it is matched (the
+batch's own files are still there: the file source archives a batch's files only after the
+batch commits). That costs a second read of each request file on the driver, off the batch's
+thread, only with metrics on.
 """
 
 from __future__ import annotations
@@ -65,6 +67,8 @@ BATCH_BUCKETS = (0.1, 0.25, 0.5, 0.75, 1, 1.5, 2, 3, 5, 10, 30, 60)
 LATENCY_BUCKETS = (0.1, 0.25, 0.5, 0.75, 1, 1.5, 2, 3, 5, 10, 30, 60, 300)
 REQUEST_BUCKETS = (0, 1, 10, 100, 1_000, 10_000, 100_000)
 WRITE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
+#: How often the inbox is listed for new request files.
+SCAN_INTERVAL_S = 0.2
 #: A request whose answer has not come this long after its file arrived is forgotten.
 PENDING_HORIZON_S = 900.0
 #: Starts of the job on this warehouse, for ``coordinator_job_restarts_total``.
@@ -87,6 +91,10 @@ class InboxArrivals:
         self.inbox = inbox
         self.horizon_s = horizon_s
         self._lock = threading.Lock()
+        #: One scan at a time (the scanning thread, or a batch missing a request).
+        self._scanning = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
         #: request id -> (arrival, file name)
         self._pending: dict[str, tuple[float, str]] = {}
         #: file name -> requests of it not answered yet
@@ -100,7 +108,29 @@ class InboxArrivals:
         except FileNotFoundError:
             return []
 
+    def start(self, interval_s: float = SCAN_INTERVAL_S) -> None:
+        """Scan every ``interval_s`` on a daemon thread until :meth:`close`."""
+
+        def run() -> None:
+            while not self._stop.wait(interval_s):
+                try:
+                    self.scan()
+                except Exception:
+                    log.exception("metrics: listing the inbox failed")
+
+        self._thread = threading.Thread(target=run, name="metrics-inbox", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5)
+
     def scan(self) -> None:
+        with self._scanning:
+            self._scan()
+
+    def _scan(self) -> None:
         names = self._names()
         listed = set(names)
         arrivals: list[tuple[str, float, list[str]]] = []
@@ -127,20 +157,23 @@ class InboxArrivals:
             for key in stale:
                 del self._pending[key]
 
-    def answered(self, request_ids: Iterable[Any], at: float) -> list[float]:
-        """The latencies (seconds) of the answers to ``request_ids`` written at ``at``."""
+    def answered(self, request_ids: Iterable[Any], at: float) -> tuple[list[float], list[Any]]:
+        """The latencies (seconds) of the answers to ``request_ids`` written at ``at``, and the
+        ids whose request was not seen (yet)."""
         latencies = []
+        missing = []
         with self._lock:
             for request_id in request_ids:
                 found = self._pending.pop(str(request_id), None)
                 if found is None:
+                    missing.append(request_id)
                     continue
                 arrived, name = found
                 latencies.append(max(0.0, at - arrived))
                 self._answered.add(name)
                 if name in self._open:
                     self._open[name] -= 1
-        return latencies
+        return latencies, missing
 
     def rejected(self, source_files: Iterable[str]) -> None:
         with self._lock:
@@ -251,6 +284,7 @@ class JobMetrics:
         self.restarts.inc(self._count_start())
         self.groups.reset(self._current_groups())
         self.server = MetricsServer(registry, self.readiness, host, port).start()
+        self.inbox.start()
 
     # --- start ----------------------------------------------------------------------------------
 
@@ -318,10 +352,13 @@ class JobMetrics:
         replayed: bool,
     ) -> None:
         written_at = time.time()
-        self.inbox.scan()
         answered = [r.get("request_id") for r in responses]
         answered.extend(request.request_id for request in list_groups)
-        for latency in self.inbox.answered(answered, written_at):
+        latencies, missing = self.inbox.answered((i for i in answered if i is not None), written_at)
+        if missing:  # files that came after the last scan: still in the inbox
+            self.inbox.scan()
+            latencies += self.inbox.answered(missing, written_at)[0]
+        for latency in latencies:
             self.latency.observe(latency)
         self.inbox.rejected(str(r.get("source_file") or "") for r in rejected)
         self.responses.inc(len(answered))
@@ -360,4 +397,5 @@ class JobMetrics:
         """Stop serving (the port is released); safe to call twice."""
         if self.readiness.ready:
             self.readiness.set_not_ready("stopped")
+        self.inbox.close()
         self.server.close()
