@@ -191,6 +191,39 @@ def test_gateway_answers_load_in_progress_while_its_log_loads(tmp_path, caplog):
         get(metrics_port, "/livez")  # closed with the gateway
 
 
+def test_a_kafka_client_that_starts_early_retries_through_the_load_and_joins(tmp_path):
+    """kafka-python, started while the log loads: its lookups are answered, its JoinGroups get
+    COORDINATOR_LOAD_IN_PROGRESS and are retried (a retriable error), and once the load is
+    done it joins and is assigned every partition."""
+    from tests.client_scenarios import KafkaPythonMember
+
+    backend = SlowLoading(CoordinatorConfig(group_initial_rebalance_delay_ms=0), tmp_path / "gw")
+    exporter = GatewayExporter("127.0.0.1:0", backend)
+    serving = Serving(backend, exporter)
+    mport = exporter.server.port
+    member = None
+    try:
+        member = KafkaPythonMember(serving.port, "early", "early-1")
+
+        def refused_joins() -> float:
+            return Scrape(mport).value(
+                "coordinator_gateway_requests_total",
+                api="JoinGroup",
+                error="coordinator_load_in_progress",
+            )
+
+        assert until(lambda: refused_joins() >= 2, 60), "the client did not retry its join"
+        assert member.assigned() == frozenset()
+        backend.gate.set()
+        assert until(lambda: member.partitions() == set(range(TOPICS["t"])), 60)
+        assert member.error is None
+    finally:
+        backend.gate.set()
+        if member is not None:
+            member.close()
+        serving.stop()
+
+
 def test_gateway_is_unready_while_it_reloads_its_log_after_a_failed_write(tmp_path):
     """A failed log write makes the embedded engine reload its log (Kafka's unload and load):
     /readyz says 503 meanwhile, and the group metrics are what the log holds afterwards."""
