@@ -25,7 +25,7 @@ def describe(c: RunningCoordinator, rid: str, group: str) -> dict[str, Any]:
     return c.request({"api": "describe_groups", "request_id": rid, "group_id": group})
 
 
-def test_job_metrics_follow_a_group_and_survive_a_restart(spark, tmp_path, capsys):
+def test_job_metrics_follow_a_group_and_survive_a_restart(spark, tmp_path):
     port = free_port()
     c = RunningCoordinator(spark, tmp_path / "warehouse", metrics=f"127.0.0.1:{port}")
     during_first_batch: list[int] = []
@@ -43,7 +43,10 @@ def test_job_metrics_follow_a_group_and_survive_a_restart(spark, tmp_path, capsy
         assert c.client.wait(["first"], timeout_s=120)["first"]["error"] is None
         c.wait_for(lambda: get(port, "/readyz")[0] == 200, what="/readyz 200")
         assert during_first_batch == [503]
-        assert "coordinator ready: query" in capsys.readouterr().out
+        assert c.running is not None
+        said: list[str] = []
+        c.running.listener.when_ready(said.append)
+        assert said[0].startswith("coordinator ready: query kafka-group-coordinator running")
 
         generation, (leader, follower) = form_group(c, "g", 2)
         committed = c.request(commit("c1", "g", leader, generation, {0: 5, 1: 7, 2: 9}))
@@ -91,3 +94,41 @@ def test_job_metrics_follow_a_group_and_survive_a_restart(spark, tmp_path, capsy
         assert scrape.value("coordinator_rebalances_total") == 0
     finally:
         c.stop()
+
+
+def test_coordinator_run_says_ready_and_serves_metrics_until_it_stops(tmp_path):
+    """``coordinator run --metrics``: the ready line on stdout after the first batch, /readyz
+    200 then, and the server gone with the process (stopped with SIGINT, as Ctrl-C would)."""
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from coordinator.stream.client import Inbox
+    from coordinator.stream.schema import Warehouse
+
+    warehouse = tmp_path / "warehouse"
+    paths = Warehouse.at(warehouse)
+    paths.inbox.mkdir(parents=True)
+    Inbox(paths.inbox).submit([{"api": "list_groups", "request_id": "l1", "group_id": ""}])
+    port = free_port()
+    command = [sys.executable, "-m", "coordinator", "run", "--warehouse", str(warehouse)]
+    command += ["--metrics", f"127.0.0.1:{port}", "--quiet"]
+    root = Path(__file__).resolve().parents[1]
+    process = subprocess.Popen(
+        command, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        assert line.startswith("coordinator ready: query kafka-group-coordinator running"), line
+        assert get(port, "/readyz") == (200, "ready\n")
+        assert Scrape(port).value("coordinator_job_batches_total") >= 1
+        process.send_signal(signal.SIGINT)
+        process.wait(120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.communicate(timeout=60)
+    with pytest.raises(OSError):
+        get(port, "/livez")

@@ -413,8 +413,18 @@ def progress_listener(sink: BatchSink, warehouse: Warehouse) -> Any:
         #: The run reported on, set once the query has started: a session that ran queries
         #: before may still hold their listeners, whose sinks number batches differently.
         run_id: str | None = None
-        #: Whether "ready" was said (on the first batch this run completed).
-        announced = False
+        #: "coordinator ready: ..." once the run completed its first batch (None before).
+        ready_line: str | None = None
+        _on_ready: Callable[[str], None] | None = None
+        _ready_lock = threading.Lock()
+
+        def when_ready(self, callback: Callable[[str], None]) -> None:
+            """Call ``callback`` with the ready line once the first batch is done (now, if it
+            is already)."""
+            with self._ready_lock:
+                line, self._on_ready = self.ready_line, callback
+            if line is not None:
+                callback(line)
 
         def _another_run(self, run_id: Any) -> bool:
             return self.run_id is not None and str(run_id) != self.run_id
@@ -454,14 +464,16 @@ def progress_listener(sink: BatchSink, warehouse: Warehouse) -> Any:
             _write_json(warehouse.status / "progress.json", status)
             if sink.metrics is not None:
                 sink.metrics.batch_completed(progress, batch_id, figures.timers_fired)
-            if not self.announced:
-                self.announced = True
-                # stdout, as the gateway's "listening" line: what a supervisor waits for.
-                print(
+            if self.ready_line is None:
+                line = (
                     f"coordinator ready: query {progress.name} running, batch {batch_id} "
-                    f"answered in {progress.batchDuration} ms",
-                    flush=True,
+                    f"answered in {progress.batchDuration} ms"
                 )
+                log.info(line)
+                with self._ready_lock:
+                    self.ready_line, callback = line, self._on_ready
+                if callback is not None:
+                    callback(line)
 
         def onQueryIdle(self, event: Any) -> None:
             pass
@@ -727,6 +739,8 @@ def run(
         return 1
     spark = spark_session(settings, master)
     running = start(spark, settings, rebuild_from_log=rebuild_from_log, owner=owner)
+    # stdout, as the gateway's "listening" line: what a supervisor may wait for.
+    running.listener.when_ready(lambda line: print(line, flush=True))
     if on_start is not None:
         on_start(running)
     try:
