@@ -34,6 +34,7 @@ from coordinator.metrics.groups import GroupMetrics, GroupView
 from coordinator.metrics.job import JobMetrics
 from coordinator.stream.client import Inbox
 from coordinator.stream.schema import Warehouse
+from coordinator.stream.source import SEQUENCED, sequenced_name
 from tests.gateway_support import REQUESTS, TOPICS, call, until
 from tests.metrics_support import Scrape, get, sample_names
 
@@ -512,8 +513,11 @@ def test_job_metrics_from_batches_latency_backlog_and_readiness(tmp_path):
     paths = Warehouse.at(tmp_path / "wh")
     paths.inbox.mkdir(parents=True)
     inbox = Inbox(paths.inbox)
-    inbox.submit([{"api": "heartbeat", "request_id": "r1", "group_id": "g"}])
-    inbox.submit([{"api": "heartbeat", "request_id": "r2", "group_id": "g"}])
+    first = inbox.submit([{"api": "heartbeat", "request_id": "r1", "group_id": "g"}])
+    second = inbox.submit([{"api": "heartbeat", "request_id": "r2", "group_id": "g"}])
+    # The source has found the first file: sequenced, as coordinator.stream.source does.
+    (paths.inbox / SEQUENCED).mkdir()
+    first.rename(paths.inbox / SEQUENCED / sequenced_name(1, first.name))
     metrics = JobMetrics("127.0.0.1:0", paths)
     port = metrics.server.port
     try:
@@ -541,6 +545,12 @@ def test_job_metrics_from_batches_latency_backlog_and_readiness(tmp_path):
         assert scrape.value("coordinator_job_delta_write_seconds_count", table="responses") == 1
         assert scrape.value("coordinator_groups", state="Stable") == 1
         assert scrape.value("coordinator_job_restarts_total") == 0
+        # The second file's only line refused (a rejected row names the sequenced file).
+        sequenced = paths.inbox / SEQUENCED / sequenced_name(2, second.name)
+        second.rename(sequenced)
+        rejected = {"raw": "?", "source_file": sequenced.as_uri(), "reason": "unreadable"}
+        metrics.batch_written([], [], [], [rejected], [], {}, replayed=False)
+        assert Scrape(port).value("coordinator_job_inbox_files") == 0
         metrics.query_terminated("boom")
         assert get(port, "/readyz") == (503, "not ready: the query stopped: boom\n")
     finally:

@@ -59,6 +59,7 @@ from prometheus_client import Counter, Gauge, Histogram
 from coordinator.metrics.groups import GroupMetrics, GroupView
 from coordinator.metrics.server import MetricsServer, Readiness, new_registry, parse_address
 from coordinator.stream.schema import GROUP_STATE, Warehouse
+from coordinator.stream.source import SEQUENCED, parse_sequenced, visible
 
 log = logging.getLogger(__name__)
 
@@ -76,16 +77,21 @@ STARTS_FILE = "metrics-starts.json"
 
 
 def _file_name(source_file: str) -> str:
-    """The base name of a path or a ``file:`` URI as Spark reports it."""
+    """A request file's name as it was dropped, from a path or a ``file:`` URI as Spark reports
+    it (a sequenced file, ``<seq>-<name>``, by its ``name``)."""
     path = unquote(urlparse(source_file).path) if "://" in source_file else source_file
-    return posixpath.basename(path)
+    name = posixpath.basename(path)
+    sequenced = parse_sequenced(name)
+    return name if sequenced is None else sequenced[1]
 
 
 class InboxArrivals:
     """When each request reached the inbox, by request id, and which files wait unanswered.
 
-    :meth:`scan` reads the files not seen before (on the batch's thread); :meth:`backlog` is
-    read by scrapes, from the HTTP server's threads."""
+    A request file is known by the name it was dropped under, in the inbox and once the source
+    has sequenced it (``_sequenced/<seq>-<name>``, :mod:`coordinator.stream.source`), which keeps
+    its modification time: its arrival. :meth:`scan` reads the files not seen before (a thread
+    of its own, or a batch missing a request); :meth:`backlog` is read by scrapes."""
 
     def __init__(self, inbox: Path, horizon_s: float = PENDING_HORIZON_S) -> None:
         self.inbox = inbox
@@ -102,11 +108,25 @@ class InboxArrivals:
         #: files some answer (or a rejected line) has come from
         self._answered: set[str] = set()
 
-    def _names(self) -> list[str]:
-        try:
-            return [n for n in os.listdir(self.inbox) if not n.startswith((".", "_"))]
-        except FileNotFoundError:
-            return []
+    def _files(self) -> dict[str, Path]:
+        """The request files waiting, by the name they were dropped under: ``_sequenced/``'s,
+        then the inbox's (in that order, so that a file sequenced between the two listings is
+        missed once rather than seen twice)."""
+        found: dict[str, Path] = {}
+        sequenced_dir = self.inbox / SEQUENCED
+        for directory in (sequenced_dir, self.inbox):
+            try:
+                names = os.listdir(directory)
+            except FileNotFoundError:
+                continue
+            for name in names:
+                if directory == sequenced_dir:
+                    parsed = parse_sequenced(name)
+                    if parsed is not None:
+                        found[parsed[1]] = directory / name
+                elif visible(name):
+                    found.setdefault(name, directory / name)
+        return found
 
     def start(self, interval_s: float = SCAN_INTERVAL_S) -> None:
         """Scan every ``interval_s`` on a daemon thread until :meth:`close`."""
@@ -131,18 +151,17 @@ class InboxArrivals:
             self._scan()
 
     def _scan(self) -> None:
-        names = self._names()
-        listed = set(names)
+        files = self._files()
+        listed = set(files)
         arrivals: list[tuple[str, float, list[str]]] = []
-        for name in names:
+        for name, path in files.items():
             if name in self._open or name in self._answered:
                 continue
             try:
-                path = self.inbox / name
                 arrived = path.stat().st_mtime
                 text = path.read_text(encoding="utf-8", errors="replace")
             except OSError:
-                continue  # archived meanwhile
+                continue  # sequenced or archived meanwhile: the next scan finds it
             arrivals.append((name, arrived, list(_request_ids(text))))
         horizon = time.time() - self.horizon_s
         with self._lock:
@@ -181,7 +200,7 @@ class InboxArrivals:
 
     def backlog(self) -> int:
         """Inbox files from which no answer has come yet."""
-        names = self._names()
+        names = self._files()
         with self._lock:
             return sum(1 for n in names if n not in self._answered)
 
