@@ -198,8 +198,9 @@ def engine_records(group: str, offsets: dict[int, int], now: int) -> list[dict[s
 
 @pytest.mark.slow
 def test_log_source_follows_a_sink_written_table_incrementally(tmp_path: Path):
-    """The Spark job's writer (DeltaSink) appends batches; the source reads only new files,
-    skips a compaction's rewrite, and serves the table's rows byte for byte."""
+    """The Spark job's writer (DeltaSink) appends batches; the source indexes each version from
+    the Delta log alone (no data file read), reads only the files a read needs, follows a
+    compaction's rewrite, and serves the table's rows byte for byte."""
     from deltalake import DeltaTable
 
     from coordinator.stream.sink import DeltaSink
@@ -208,7 +209,7 @@ def test_log_source_follows_a_sink_written_table_incrementally(tmp_path: Path):
     tables.mkdir()
     source = LogTopic(tables / "consumer_offsets", PARTITIONS)
     source.refresh_now()  # no table yet: empty partitions
-    assert source.full_reads == 0
+    assert source.index_builds == 0
     assert all(source.end_offset(p) == 0 for p in range(PARTITIONS))
     sink = DeltaSink(tables, "job")
 
@@ -226,27 +227,32 @@ def test_log_source_follows_a_sink_written_table_incrementally(tmp_path: Path):
 
     write(0, "alpha", {0: 1, 1: 2})
     source.refresh_now()
-    assert source.full_reads == 1
+    assert source.index_builds == 1
     for batch in range(1, 6):
         write(batch, "alpha" if batch % 2 else "beta", {0: 10 * batch})
         source.refresh_now()
-    assert source.full_reads == 1
-    assert source.files_read == 5  # one new file per append (one partition each)
+    assert source.index_builds == 6 and source.files_read == 0  # the Delta log only
+    a, b = partition_for("alpha", PARTITIONS), partition_for("beta", PARTITIONS)
+    assert [len(source.segments(p)) for p in (a, b)] == [4, 2]  # one file per append
+    # The tail: only the newest file is read, and a second read comes from the cache.
+    newest = source.segments(a)[-1]
+    tail = source.records(a, newest.first)
+    assert source.files_read == 1 and [r.offset for r in tail] == [newest.first]
+    assert source.records(a, newest.first) == tail and source.files_read == 1
     table = DeltaTable(str(tables / "consumer_offsets"))
     table.optimize.compact()
-    source.refresh_now()
-    assert source.files_read == 5  # the compacted files hold nothing new
+    source.refresh_now()  # the rewrite replaces the small files in the index
+    assert [len(source.segments(p)) for p in (a, b)] == [1, 1]
     write(6, "beta", {3: 3})
     source.refresh_now()
-    assert source.full_reads == 1 and source.files_read == 6
     expected = table_rows(tmp_path)
     for p in range(PARTITIONS):
         assert source.records(p) == expected.get(p, []), p
-    a, b = partition_for("alpha", PARTITIONS), partition_for("beta", PARTITIONS)
     assert source.end_offset(a) == 2 + 3 and source.end_offset(b) == 2 + 1
-    # A source opened now reads the same rows in one go.
+    # A source opened now serves the same rows.
     fresh = LogTopic(tables / "consumer_offsets", PARTITIONS)
     fresh.refresh_now()
+    assert fresh.index_builds == 1
     assert [fresh.records(p) for p in range(PARTITIONS)] == [
         source.records(p) for p in range(PARTITIONS)
     ]
@@ -517,3 +523,143 @@ def test_kcat_reads_the_log_topic(tmp_path: Path):
         assert done.returncode == 0 and done.stdout == b"", done.stderr
     finally:
         running.stop()
+
+
+# --- the index: files read as needed, compaction, vacuum, no statistics --------------------------
+
+
+def _write_log(
+    path: Path, rows: list[tuple[int, int, int, bytes, bytes | None]], **kw: Any
+) -> None:
+    """Append (offsets partition, offset, timestamp, key, value) rows to a log-shaped table."""
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    table = pa.table(
+        {
+            "offsets_partition": pa.array([r[0] for r in rows], pa.int32()),
+            "offset": pa.array([r[1] for r in rows], pa.int64()),
+            "timestamp_ms": pa.array([r[2] for r in rows], pa.int64()),
+            "key": pa.array([r[3] for r in rows], pa.binary()),
+            "value": pa.array([r[4] for r in rows], pa.binary()),
+        }
+    )
+    write_deltalake(str(path), table, mode=kw.pop("mode", "append"), **kw)
+
+
+def _rows(partition: int, offsets: range, keys: int = 3) -> list[Any]:
+    """Records of ``keys`` keys in turn, each value naming its offset; time = 1000 + offset."""
+    return [
+        (partition, o, 1_000 + o, f"key-{o % keys}".encode(), f"value-{o}".encode())
+        for o in offsets
+    ]
+
+
+@pytest.mark.slow
+def test_reads_only_the_files_a_request_needs(tmp_path: Path):
+    path = tmp_path / "consumer_offsets"
+    for first in range(0, 50, 10):  # five files of ten records in partition 4
+        _write_log(path, _rows(4, range(first, first + 10)), partition_by=["offsets_partition"])
+    source = LogTopic(path, PARTITIONS)
+    source.refresh_now()
+    assert (source.log_start(4), source.end_offset(4), source.files_read) == (0, 50, 0)
+    assert [(s.first, s.last, s.rows) for s in source.segments(4)] == [
+        (f, f + 9, 10) for f in range(0, 50, 10)
+    ]
+    # A Fetch from the middle of the fourth file reads the fourth and the fifth only.
+    part = source.fetch_partition(4, 35, 1 << 20)
+    read = [r for _, rs in decode(part["records"]) for r in rs]
+    assert [r.offset for r in read] == list(range(35, 50)) and source.files_read == 2
+    # A byte budget that ends inside the first file reads that file only.
+    one = len(encode_records([LogRecord(0, 1000, b"key-0", b"value-0")], 1 << 20)[0])
+    part = source.fetch_partition(4, 0, one + 5 * 20)
+    read = [r for _, rs in decode(part["records"]) for r in rs]
+    assert read[0].offset == 0 and len(read) < 10 and source.files_read == 3
+    # By time: the files' highest timestamps (statistics) pick the one file to read.
+    assert source.list_offset(4, 1_022)["offset"] == 22 and source.files_read == 4
+    assert source.list_offset(4, -3) == {
+        "partition_index": 4,
+        "error_code": 0,
+        "timestamp": 1_049,
+        "offset": 49,
+        "leader_epoch": 0,
+    }
+    assert source.files_read == 4  # the newest file: cached since the Fetch
+    assert source.list_offset(4, 5_000)["offset"] == -1  # later than every record
+    assert source.files_read == 4  # answered from the statistics alone
+
+
+@pytest.mark.slow
+def test_the_cache_is_bounded(tmp_path: Path):
+    path = tmp_path / "consumer_offsets"
+    for first in range(0, 40, 10):
+        _write_log(path, _rows(1, range(first, first + 10)), partition_by=["offsets_partition"])
+    one_file = 10 * (100 + len(b"key-0") + len(b"value-10"))  # as the cache counts
+    source = LogTopic(path, PARTITIONS, cache_bytes=2 * one_file)
+    source.refresh_now()
+    assert [r.offset for r in source.records(1)] == list(range(40))
+    assert source.files_read == 4 and 0 < source.cached_bytes <= 2 * one_file
+    source.records(1, 30)  # the newest file is still held
+    assert source.files_read == 4
+    source.records(1, 0)  # the oldest was dropped: read again
+    assert source.files_read > 4 and source.cached_bytes <= 2 * one_file
+
+
+@pytest.mark.slow
+def test_compaction_leaves_sparse_offsets_and_vacuum_removes_files_under_a_reader(
+    tmp_path: Path,
+):
+    """The log compacted as Kafka's cleaner does (the last record per key survives, with its
+    offset) and written back as new files, the old ones vacuumed: the index follows the new
+    version, a Fetch from a gap starts at the next record, and a reader whose index still
+    names the removed files looks at the table again instead of failing."""
+    from deltalake import DeltaTable
+
+    path = tmp_path / "consumer_offsets"
+    for first in range(0, 30, 10):
+        _write_log(path, _rows(2, range(first, first + 10)), partition_by=["offsets_partition"])
+    source = LogTopic(path, PARTITIONS)
+    source.refresh_now()
+    assert source.end_offset(2) == 30
+    survivors = _rows(2, range(27, 30))  # keys 0, 1, 2: their last records
+    _write_log(path, survivors, mode="overwrite", partition_by=["offsets_partition"])
+    DeltaTable(str(path)).vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)
+    # Not refreshed: the index names vacuumed files; the Fetch rebuilds it and answers.
+    part = source.fetch_partition(2, 27, 1 << 20)
+    read = [r for _, rs in decode(part["records"]) for r in rs]
+    assert [(r.offset, r.value) for r in read] == [(o, f"value-{o}".encode()) for o in (27, 28, 29)]
+    assert (source.log_start(2), source.end_offset(2)) == (0, 30)  # Kafka's cleaner: start 0
+    # Sparse offsets: a Fetch from a gap starts at the next record; the batch keeps the gaps.
+    _write_log(path, [(2, 40, 1_040, b"key-0", b"value-40")], partition_by=["offsets_partition"])
+    source.refresh_now()
+    assert source.end_offset(2) == 41
+    part = source.fetch_partition(2, 30, 1 << 20)
+    [(_, records)] = decode(part["records"])
+    assert [r.offset for r in records] == [40] and part["high_watermark"] == 41
+    part = source.fetch_partition(2, 28, 1 << 20)
+    assert [r.offset for _, rs in decode(part["records"]) for r in rs] == [28, 29, 40]
+    assert source.list_offset(2, 1_030)["offset"] == 40
+    assert source.list_offset(2, -2)["offset"] == 0
+    part = source.fetch_partition(2, 0, 1 << 20)  # the earliest: the first survivor on
+    assert [r.offset for _, rs in decode(part["records"]) for r in rs] == [27, 28, 29, 40]
+    assert source.fetch_partition(2, 42, 1 << 20)["error_code"] == OFFSET_OUT_OF_RANGE
+
+
+@pytest.mark.slow
+def test_files_without_statistics_and_an_unpartitioned_table(tmp_path: Path):
+    path = tmp_path / "consumer_offsets"
+    no_statistics = {"delta.dataSkippingNumIndexedCols": "0"}
+    rows = _rows(0, range(0, 5)) + _rows(7, range(0, 4))
+    _write_log(path, rows, configuration=no_statistics)
+    source = LogTopic(path, PARTITIONS)
+    source.refresh_now()
+    assert source.files_read == 1  # indexed once, from its columns
+    assert [(s.first, s.last, s.mixed) for s in source.segments(0)] == [(0, 4, True)]
+    assert [r.offset for r in source.records(7)] == [0, 1, 2, 3]
+    assert [r.value for r in source.records(0, 3)] == [b"value-3", b"value-4"]
+    _write_log(path, _rows(7, range(4, 6)))
+    before = source.files_read
+    source.refresh_now()
+    assert source.files_read == before + 1  # only the new file is indexed
+    assert source.end_offset(7) == 6 and source.end_offset(0) == 5
+    assert [r.offset for r in source.records(7, 2)] == [2, 3, 4, 5]

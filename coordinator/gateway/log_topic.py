@@ -1,15 +1,22 @@
 """``__consumer_offsets`` as a topic: the log's Delta table served to Fetch and ListOffsets.
 
 The ``consumer_offsets`` Delta table holds one row per log record with its offsets partition,
-its offset (contiguous per partition, sparse once compacted), its timestamp and the
-byte-exact Kafka record key and value (a tombstone's value is null). :class:`LogTopic` keeps every partition's records in
-memory, (offset, timestamp, key, value) in offset order, and follows the table incrementally:
-when the table's version moves it reads only the data files added since (the files of
-compactions, which rewrite rows already held, are skipped by their offset statistics, and any
-row already held is dropped by its offset), never the whole table again. It looks at most every
-``interval_s`` (and at once when the ``changed`` hint moves: the embedded back end's count of
-log writes, so that a commit a client saw acknowledged is in the next Fetch). The same code
-follows a table written by the embedded back end or by the Spark job.
+its offset, its timestamp and the byte-exact Kafka record key and value (a tombstone's value is
+null). :class:`LogTopic` does not hold the log: it holds an index per partition, one
+:class:`Segment` per live data file (its path, first and last offset, highest timestamp and
+row count), built from the Delta add actions' statistics of the table's current version (a
+file written without them is indexed once, by reading its offset and timestamp columns). Fetch
+and ListOffsets read only the files a request needs, through a small cache of decoded files
+bounded in bytes (``cache_bytes``).
+
+When the table's version moves, the index is rebuilt from that version's add actions (files
+indexed before keep their entries): files that Delta compaction rewrote, that the log's
+compaction thinned or that vacuum removed simply drop out. A file gone under a read (vacuumed
+between a look and a Fetch) makes the index be rebuilt at once and the read retried. The table
+is looked at (its Delta log only) at most every ``interval_s``, and at once when the
+``changed`` hint moves: the embedded back end's count of log writes, so that a commit a client
+saw acknowledged is in the next Fetch. The same code follows a table written by the embedded
+back end or by the Spark job.
 
 Without a table (no warehouse, or a table not created yet) every partition is empty: log start
 and end offset 0.
@@ -18,27 +25,26 @@ Offsets may be sparse: the sink's retention compacts the table as Kafka's log cl
 ``__consumer_offsets`` (:mod:`coordinator.log.cleaner`), keeping the survivors' offsets and the
 last record of every partition. As in Kafka, the log start stays 0 (the cleaner never moves
 it), the end offset is the last offset + 1, and a fetch from an offset that was cleaned away
-returns the records after it. Records the cleaner removes after they were read stay served
-until the table is read whole again (a consumer of a compacted topic may see either).
+returns the records after it.
 
-The answers follow Kafka's broker: ListOffsets' EARLIEST (-2) is the log start, LATEST (-1)
-the end offset (last offset + 1), MAX_TIMESTAMP (-3) the record with the highest timestamp and
-a timestamp the first record at or after it; Fetch returns one v2 record batch from the fetch
-offset, as large as the partition's ``max_bytes`` (and what the response has left) allows but
-at least one record for the first partition with data (Kafka's ``minOneMessage``),
-``high_watermark = last_stable_offset`` = the end offset, and ``OFFSET_OUT_OF_RANGE`` outside
-``[log start, end]`` (with -1 offsets, as Kafka answers a failed read).
+The answers follow Kafka's broker: ListOffsets' EARLIEST (-2) is the log start, LATEST (-1) the end offset (last offset + 1), MAX_TIMESTAMP (-3) the record with
+the highest timestamp and a timestamp the first record at or after it; Fetch returns one v2
+record batch from the fetch offset, as large as the partition's ``max_bytes`` (and what the
+response has left) allows but at least one record for the first partition with data (Kafka's
+``minOneMessage``), ``high_watermark = last_stable_offset`` = the end offset, and
+``OFFSET_OUT_OF_RANGE`` outside ``[log start, end]`` (with -1 offsets, as Kafka answers a
+failed read).
 """
 
 from __future__ import annotations
 
 import asyncio
 import bisect
-import itertools
 import logging
 import time
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
@@ -55,25 +61,80 @@ LATEST_TIMESTAMP = -1
 MAX_TIMESTAMP = -3
 #: How often the table's version is looked at, at most (unless the hint moves or on demand).
 DEFAULT_INTERVAL_S = 0.15
+#: Decoded files kept for the next reads (the tail a consumer follows): at most this many bytes
+#: of keys and values, counting :data:`RECORD_OVERHEAD` per record.
+DEFAULT_CACHE_BYTES = 32 * 2**20
+RECORD_OVERHEAD = 100
 
 _COLUMNS = ["offset", "timestamp_ms", "key", "value"]
 _PARTITION = "offsets_partition"
 
 
-@dataclass
-class _Scan:
-    """What one look at the table found: rows per partition, and whether they replace all."""
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """The records of one partition in one data file: what the index knows without reading
+    the file."""
 
-    rows: dict[int, list[LogRecord]] = field(default_factory=dict)
-    replace: bool = False
-    version: int | None = None
+    path: str
+    partition: int
+    first: int
+    last: int
+    max_timestamp: int
+    rows: int
+    #: The file holds the partition column (an unpartitioned table): its rows are filtered.
+    mixed: bool = False
+
+
+@dataclass
+class _Index:
+    """Every partition's segments (by first offset), from one version of the table."""
+
+    segments: list[list[Segment]]
+    version: int | None
+    #: path -> its segments, reused for the files the next version still lists.
+    by_path: dict[str, list[Segment]]
+
+
+class _FileCache:
+    """Decoded records per (path, partition), least recently used dropped past ``max_bytes``;
+    a file larger than that is read each time and never held."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        self._held: OrderedDict[tuple[str, int], tuple[list[LogRecord], int]] = OrderedDict()
+
+    def get(self, key: tuple[str, int]) -> list[LogRecord] | None:
+        found = self._held.get(key)
+        if found is None:
+            return None
+        self._held.move_to_end(key)
+        return found[0]
+
+    def put(self, key: tuple[str, int], records: list[LogRecord]) -> None:
+        size = sum(RECORD_OVERHEAD + len(r.key or b"") + len(r.value or b"") for r in records)
+        if size > self.max_bytes or key in self._held:
+            return
+        self._held[key] = (records, size)
+        self.bytes += size
+        while self.bytes > self.max_bytes:
+            _, (_, dropped) = self._held.popitem(last=False)
+            self.bytes -= dropped
+
+    def keep_only(self, paths: set[str]) -> None:
+        """Drop the files no longer in the table."""
+        for key in [k for k in self._held if k[0] not in paths]:
+            self.bytes -= self._held.pop(key)[1]
+
+    def __len__(self) -> int:
+        return len(self._held)
 
 
 class LogTopic:
-    """The ``__consumer_offsets`` partitions, fed from a ``consumer_offsets`` Delta table.
+    """The ``__consumer_offsets`` partitions, served from a ``consumer_offsets`` Delta table.
 
-    Reads of the table run in a worker thread, one at a time; the records they find are added
-    on the event loop's thread, which also serves every read."""
+    Looks at the table in a worker thread, one look at a time; the index it builds is swapped
+    in on the event loop's thread, which also serves every read."""
 
     def __init__(
         self,
@@ -82,48 +143,65 @@ class LogTopic:
         *,
         interval_s: float = DEFAULT_INTERVAL_S,
         changed: Callable[[], object] | None = None,
+        cache_bytes: int = DEFAULT_CACHE_BYTES,
     ) -> None:
         self.path = None if table is None else Path(table)
         self.partitions = partitions
         self.interval_s = interval_s
         self._changed = changed
-        self._start = [0] * partitions
-        self._end = [0] * partitions
-        self._records: list[list[LogRecord]] = [[] for _ in range(partitions)]
+        self._index = _Index([[] for _ in range(partitions)], None, {})
+        self._cache = _FileCache(cache_bytes)
         self._table: Any = None  # a deltalake.DeltaTable once the table exists
-        self._seen: set[str] = set()
-        self._reload = False
         self._checked = float("-inf")
         self._last_hint: object = None
         self._lock: asyncio.Lock | None = None
-        self.version: int | None = None
-        #: How many times the table was read whole, and how many data files were read since.
-        self.full_reads = 0
+        #: How many times the index was built from a version's add actions, and how many data
+        #: files were read (to serve reads, or to index a file without statistics).
+        self.index_builds = 0
         self.files_read = 0
+
+    @property
+    def version(self) -> int | None:
+        """The table version the index describes (None: no table yet)."""
+        return self._index.version
+
+    @property
+    def cached_bytes(self) -> int:
+        """What the cache of decoded files holds (bytes, as it counts them)."""
+        return self._cache.bytes
 
     # --- what the partitions hold --------------------------------------------------------------
 
     def has(self, partition: int) -> bool:
         return 0 <= partition < self.partitions
 
+    def segments(self, partition: int) -> list[Segment]:
+        """The partition's files (its part of each), by first offset."""
+        return list(self._index.segments[partition])
+
     def log_start(self, partition: int) -> int:
-        return self._start[partition]
+        """0: as in Kafka, compaction never moves the log start (nothing else removes records
+        from the log); a Fetch from a cleaned-away offset starts at the next survivor."""
+        return 0
 
     def end_offset(self, partition: int) -> int:
-        return self._end[partition]
+        held = self._index.segments[partition]
+        return max(s.last for s in held) + 1 if held else 0
 
     def records(self, partition: int, offset: int = 0) -> list[LogRecord]:
-        """The records of ``partition`` from ``offset`` on (a copy)."""
-        return self._records[partition][self._index(partition, offset) :]
+        """The records of ``partition`` from ``offset`` on (reads every file they are in)."""
+        records: list[LogRecord] = self._retrying(
+            lambda: list(self.iter_records(partition, offset))
+        )
+        return records
 
     def iter_records(self, partition: int, offset: int = 0) -> Iterator[LogRecord]:
-        """The records of ``partition`` from ``offset`` on, without copying the list."""
-        held = self._records[partition]
-        return itertools.islice(held, self._index(partition, offset), None)
-
-    def _index(self, partition: int, offset: int) -> int:
-        """Where the first record at or after ``offset`` is held (offsets may be sparse)."""
-        return bisect.bisect_left(self._records[partition], offset, key=lambda r: r.offset)
+        """The records of ``partition`` from ``offset`` on, in offset order, reading each file
+        only when the iteration gets to it."""
+        for group in self._groups(partition, offset):
+            records = self._read_group(group)
+            start = bisect.bisect_left(records, offset, key=lambda r: r.offset)
+            yield from records[start:]
 
     # --- the answers ---------------------------------------------------------------------------
 
@@ -143,12 +221,11 @@ class LogTopic:
             answer["offset"] = self.log_start(partition)
         elif timestamp == LATEST_TIMESTAMP or timestamp < MAX_TIMESTAMP:
             answer["offset"] = self.end_offset(partition)  # (-4, -5: no tiered storage here)
-        elif timestamp == MAX_TIMESTAMP:
-            best = max(self.iter_records(partition), key=lambda r: r.timestamp, default=None)
-            if best is not None:  # the first record of the highest timestamp
-                answer.update(offset=best.offset, timestamp=best.timestamp)
         else:
-            hit = next((r for r in self.iter_records(partition) if r.timestamp >= timestamp), None)
+            if timestamp == MAX_TIMESTAMP:  # the first record of the highest timestamp
+                hit = self._retrying(lambda: self._max_timestamp(partition))
+            else:
+                hit = self._retrying(lambda: self._first_at(partition, timestamp))
             if hit is not None:
                 answer.update(offset=hit.offset, timestamp=hit.timestamp)
         return answer
@@ -158,13 +235,16 @@ class LogTopic:
     ) -> dict[str, Any]:
         """A Fetch partition answer: the records from ``fetch_offset`` as one batch of at most
         ``max_bytes``, or of one record whatever its size when ``min_one`` (Kafka's
-        ``minOneMessage``: the first partition of a response with data)."""
+        ``minOneMessage``: the first partition of a response with data). Reads only the files
+        from the one holding ``fetch_offset`` (or the next record) to where the budget ends."""
         if not self.has(partition):
             return _failed(partition, UNKNOWN_TOPIC_OR_PARTITION)
         start, end = self.log_start(partition), self.end_offset(partition)
         if not start <= fetch_offset <= end:
             return _failed(partition, OFFSET_OUT_OF_RANGE)
-        data, _ = encode_records(self.iter_records(partition, fetch_offset), max(max_bytes, 0))
+        data, _ = self._retrying(
+            lambda: encode_records(self.iter_records(partition, fetch_offset), max(max_bytes, 0))
+        )
         if not min_one and len(data) > max_bytes:
             data = b""
         return {
@@ -178,10 +258,108 @@ class LogTopic:
             "records": data,
         }
 
+    def _max_timestamp(self, partition: int) -> LogRecord | None:
+        held = self._index.segments[partition]
+        if not held:
+            return None
+        best = max(s.max_timestamp for s in held)
+        for group in self._groups(partition, 0):
+            if max(s.max_timestamp for s in group) == best:  # only these files are read
+                for record in self._read_group(group):
+                    if record.timestamp == best:
+                        return record
+        return None
+
+    def _first_at(self, partition: int, timestamp: int) -> LogRecord | None:
+        for group in self._groups(partition, 0):
+            if max(s.max_timestamp for s in group) < timestamp:
+                continue  # no record of these files is that late: not read
+            for record in self._read_group(group):
+                if record.timestamp >= timestamp:
+                    return record
+        return None
+
+    def _retrying(self, read: Callable[[], Any]) -> Any:
+        """``read()``; when a file it needs is gone (vacuumed since the index was built), the
+        index is rebuilt from the table's current version and ``read()`` runs once more."""
+        try:
+            return read()
+        except FileNotFoundError as gone:
+            log.info("%s: %s; looking at the table again", self.path, gone)
+            self.refresh_now()
+            return read()
+
+    # --- reading files ---------------------------------------------------------------------------
+
+    def _groups(self, partition: int, offset: int) -> Iterator[list[Segment]]:
+        """The partition's segments that end at or after ``offset``, in offset order; segments
+        whose ranges overlap come together (they are read and merged as one)."""
+        held = [s for s in self._index.segments[partition] if s.last >= offset]
+        i = 0
+        while i < len(held):
+            group = [held[i]]
+            top = held[i].last
+            i += 1
+            while i < len(held) and held[i].first <= top:
+                group.append(held[i])
+                top = max(top, held[i].last)
+                i += 1
+            yield group
+
+    def _read_group(self, group: Sequence[Segment]) -> list[LogRecord]:
+        if len(group) == 1:
+            return self._read(group[0])
+        merged: dict[int, LogRecord] = {}
+        for segment in group:
+            for record in self._read(segment):
+                merged.setdefault(record.offset, record)
+        return [merged[o] for o in sorted(merged)]
+
+    def _read(self, segment: Segment) -> list[LogRecord]:
+        """The segment's records in offset order: from the cache, else from its file."""
+        import pyarrow.compute as pc
+        import pyarrow.parquet as pq
+
+        key = (segment.path, segment.partition)
+        cached = self._cache.get(key)
+        if cached is not None:
+            return cached
+        columns = [_PARTITION, *_COLUMNS] if segment.mixed else _COLUMNS
+        rows = pq.read_table(self._file(segment.path), columns=columns)
+        self.files_read += 1
+        if segment.mixed:
+            rows = rows.filter(pc.equal(rows.column(_PARTITION), segment.partition))
+        rows = rows.sort_by("offset")
+        records = [
+            LogRecord(
+                int(offset),
+                -1 if timestamp is None else int(timestamp),
+                None if k is None else bytes(k),
+                None if v is None else bytes(v),
+            )
+            for offset, timestamp, k, v in zip(
+                *(rows.column(c).to_pylist() for c in _COLUMNS), strict=True
+            )
+            if offset is not None
+        ]
+        self._cache.put(key, records)
+        return records
+
+    def _file(self, path: str) -> str:
+        assert self.path is not None
+        parsed = urlparse(path)
+        if parsed.scheme == "file":
+            return unquote(parsed.path)
+        if parsed.scheme:
+            raise ValueError(f"a data file outside the local file system: {path}")
+        if path.startswith("/"):
+            return unquote(path)
+        return str(self.path / unquote(path))
+
     # --- following the table -------------------------------------------------------------------
 
     async def refresh(self, force: bool = False) -> None:
-        """Take in what the table gained, if its version moved: when ``force``d, when the
+        """Take in the table's newest version, if it moved: when ``force``d, when the
         ``changed`` hint moved, or when the last look is older than ``interval_s``."""
         if self.path is None:
             return
@@ -195,151 +373,145 @@ class LogTopic:
                 return  # another look began after this one was asked for
             hint = self._changed() if self._changed is not None else None
             self._checked = time.monotonic()
-            ends = [self.end_offset(p) for p in range(self.partitions)]
             try:
-                scan = await asyncio.to_thread(self._scan, ends)
+                index = await asyncio.to_thread(self._scan)
             except Exception:
-                log.exception("reading %s failed; it is read whole next time", self.path)
-                self._table, self._reload = None, True
+                log.exception("reading %s failed; it is opened afresh next time", self.path)
+                self._table = None
                 return
             self._last_hint = hint
-            if scan is not None:
-                self._apply(scan)
+            if index is not None:
+                self._apply(index)
 
     def refresh_now(self) -> None:
-        """:meth:`refresh` without an event loop (tools and tests): look at the table now."""
+        """:meth:`refresh` without an event loop (tools, tests, and a read that met a removed
+        file): look at the table now."""
         if self.path is None:
             return
         self._checked = time.monotonic()
-        scan = self._scan([self.end_offset(p) for p in range(self.partitions)])
-        if scan is not None:
-            self._apply(scan)
+        index = self._scan()
+        if index is not None:
+            self._apply(index)
 
     def _due(self, now: float) -> bool:
         if self._changed is not None and self._changed() != self._last_hint:
             return True
         return now - self._checked >= self.interval_s
 
-    def _scan(self, ends: list[int]) -> _Scan | None:
-        """In a worker thread: the rows the table gained since the last look (None: nothing)."""
+    def _scan(self) -> _Index | None:
+        """In a worker thread: the index of the table's newest version (None: not moved)."""
         from deltalake import DeltaTable
 
         assert self.path is not None
-        if self._table is None or self._reload:
+        if self._table is None:
             if not DeltaTable.is_deltatable(str(self.path)):
                 return None
             self._table = DeltaTable(str(self.path))
-            return self._read_whole()
-        before = self._table.version()
-        self._table.update_incremental()
+        else:
+            self._table.update_incremental()
         version = self._table.version()
-        if version == before:
+        if version == self._index.version:
             return None
-        if version < before:
-            return self._read_whole()  # the table was replaced
-        return self._read_added(ends, version)
+        return self._build(version)
 
-    def _read_whole(self) -> _Scan:
+    def _build(self, version: int) -> _Index:
+        """The segments of ``version``'s add actions: a file indexed before keeps its
+        segments; a new one is indexed from its statistics (min/max offset, max timestamp,
+        rows), or from its columns when it has none."""
         import pyarrow as pa
 
-        table = self._table
-        actions = pa.table(table.get_add_actions(flatten=True))
-        self._seen = set(actions.column("path").to_pylist())
-        rows = table.to_pyarrow_table(columns=[_PARTITION, *_COLUMNS])
-        self._reload = False
-        self.full_reads += 1
-        scan = _Scan(replace=True, version=table.version())
-        self._collect(scan, rows.column(_PARTITION).to_pylist(), rows)
-        return scan
+        actions = pa.table(self._table.get_add_actions(flatten=True))
+        names = set(actions.column_names)
+        paths = actions.column("path").to_pylist()
 
-    def _read_added(self, ends: list[int], version: int) -> _Scan:
+        def column(name: str) -> list[Any]:
+            return actions.column(name).to_pylist() if name in names else [None] * len(paths)
+
+        owners = column(f"partition.{_PARTITION}")
+        known = self._index.by_path
+        by_path: dict[str, list[Segment]] = {}
+        for path, owner, low, high, top, rows in zip(
+            paths,
+            owners,
+            column("min.offset"),
+            column("max.offset"),
+            column("max.timestamp_ms"),
+            column("num_records"),
+            strict=True,
+        ):
+            if path in known:
+                by_path[path] = known[path]
+            elif owner is not None and low is not None and high is not None:
+                latest = -1 if top is None else int(top)
+                by_path[path] = [
+                    Segment(path, int(owner), int(low), int(high), latest, int(rows or 0))
+                ]
+            else:
+                by_path[path] = self._index_file(path, owner)
+        segments: list[list[Segment]] = [[] for _ in range(self.partitions)]
+        for found in by_path.values():
+            for segment in found:
+                if self.has(segment.partition):
+                    segments[segment.partition].append(segment)
+                else:
+                    log.warning(
+                        "%s has records in offsets partition %d, beyond the %d partitions "
+                        "configured (offsets.topic.num.partitions): not served",
+                        self.path,
+                        segment.partition,
+                        self.partitions,
+                    )
+        for held in segments:
+            held.sort(key=lambda s: (s.first, s.last))
+        self.index_builds += 1
+        return _Index(segments, version, by_path)
+
+    def _index_file(self, path: str, owner: Any) -> list[Segment]:
+        """Segments of a file without statistics (or of an unpartitioned table), from its
+        partition, offset and timestamp columns."""
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        actions = pa.table(self._table.get_add_actions(flatten=True))
-        paths = actions.column("path").to_pylist()
-        names = set(actions.column_names)
-        partitions = (
-            actions.column(f"partition.{_PARTITION}").to_pylist()
-            if f"partition.{_PARTITION}" in names
-            else [None] * len(paths)
+        columns = (
+            ["offset", "timestamp_ms"]
+            if owner is not None
+            else [_PARTITION, "offset", "timestamp_ms"]
         )
-        highest = (
-            actions.column("max.offset").to_pylist()
-            if "max.offset" in names
-            else [None] * len(paths)
-        )
-        scan = _Scan(version=version)
-        for path, partition, top in zip(paths, partitions, highest, strict=True):
-            if path in self._seen:
-                continue
-            if (
-                partition is not None
-                and top is not None
-                and 0 <= partition < self.partitions
-                and top < ends[partition]
-            ):
-                continue  # a rewrite (compaction) of rows already held
-            columns = _COLUMNS if partition is not None else [_PARTITION, *_COLUMNS]
-            rows = pq.read_table(self._file(path), columns=columns)
-            self.files_read += 1
-            owners = (
-                [partition] * rows.num_rows
-                if partition is not None
-                else rows.column(_PARTITION).to_pylist()
+        rows = pq.read_table(self._file(path), columns=columns)
+        self.files_read += 1
+        if owner is not None:
+            rows = rows.append_column(
+                _PARTITION, pa.array([int(owner)] * rows.num_rows, pa.int32())
             )
-            self._collect(scan, owners, rows)
-        self._seen = set(paths)
-        return scan
-
-    def _file(self, path: str) -> str:
-        assert self.path is not None
-        parsed = urlparse(path)
-        if parsed.scheme == "file":
-            return unquote(parsed.path)
-        if parsed.scheme:
-            raise ValueError(f"a data file outside the local file system: {path}")
-        if path.startswith("/"):
-            return unquote(path)
-        return str(self.path / unquote(path))
-
-    def _collect(self, scan: _Scan, owners: Iterable[Any], rows: Any) -> None:
-        columns = [rows.column(name).to_pylist() for name in _COLUMNS]
-        for owner, offset, timestamp, key, value in zip(owners, *columns, strict=True):
-            if owner is None or offset is None:
-                continue
-            record = LogRecord(
-                int(offset),
-                -1 if timestamp is None else int(timestamp),
-                None if key is None else bytes(key),
-                None if value is None else bytes(value),
+        rows = rows.filter(rows.column("offset").is_valid())
+        found = []
+        for entry in (
+            rows.group_by(_PARTITION)
+            .aggregate(
+                [("offset", "min"), ("offset", "max"), ("timestamp_ms", "max"), ("offset", "count")]
             )
-            scan.rows.setdefault(int(owner), []).append(record)
-
-    def _apply(self, scan: _Scan) -> None:
-        """On the event loop's thread: add the rows found (offset order, no duplicates)."""
-        if scan.replace:
-            self._start = [0] * self.partitions
-            self._end = [0] * self.partitions
-            self._records = [[] for _ in range(self.partitions)]
-        for partition, rows in scan.rows.items():
-            if not self.has(partition):
-                log.warning(
-                    "%s has records in offsets partition %d, beyond the %d partitions "
-                    "configured (offsets.topic.num.partitions): not served",
-                    self.path,
-                    partition,
-                    self.partitions,
+            .to_pylist()
+        ):
+            if entry[_PARTITION] is None:
+                continue
+            top = entry["timestamp_ms_max"]
+            found.append(
+                Segment(
+                    path,
+                    int(entry[_PARTITION]),
+                    int(entry["offset_min"]),
+                    int(entry["offset_max"]),
+                    -1 if top is None else int(top),
+                    int(entry["offset_count"]),
+                    mixed=owner is None,
                 )
-                continue
-            rows.sort(key=lambda r: r.offset)
-            held = self._records[partition]
-            for row in rows:
-                if row.offset < self._end[partition]:
-                    continue  # held already (or a rewrite of what was held)
-                held.append(row)
-                self._end[partition] = row.offset + 1
-        self.version = scan.version
+            )
+        return found
+
+    def _apply(self, index: _Index) -> None:
+        """On the event loop's thread: serve from ``index`` from now on."""
+        self._index = index
+        self._cache.keep_only(set(index.by_path))
 
 
 def _failed(partition: int, error_code: int) -> dict[str, Any]:
