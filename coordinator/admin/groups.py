@@ -127,10 +127,12 @@ def _assignments(spans: list[dict[str, Any]], summary: Mapping[str, Any] | None)
 
 
 def collect(reader: WarehouseReader, cut: Cut, group_ids: Sequence[str]) -> dict[str, GroupView]:
-    """Every asked group's view, from one read of the state and one of the log."""
+    """Every asked group's view, from one read of the state and one of the log, reduced to
+    what a load of it keeps (:meth:`WarehouseReader.latest_log`) before any Python row is made:
+    memory follows the groups' keys, not the log's length."""
     wanted = list(dict.fromkeys(group_ids))
     summaries = {row["group_id"]: row for row in reader.group_states(cut, wanted)}
-    log_rows = reader.log(cut, wanted).to_pylist()
+    log_rows = reader.latest_log(cut, wanted).to_pylist()
     offsets: dict[str, dict[TopicPartition, dict[str, Any]]] = {}
     for row in history.committed_offsets(log_rows):
         offsets.setdefault(row["group_id"], {})[(row["topic"], row["partition"])] = row

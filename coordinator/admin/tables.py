@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import cached_property
@@ -37,6 +37,7 @@ from deltalake import DeltaTable
 
 from coordinator.config import CoordinatorConfig
 from coordinator.log.partitioning import partition_for
+from coordinator.log.records import GROUP_METADATA, OFFSET_COMMIT
 from coordinator.stream.retention import LOG_RETENTION, KeptFrom
 from coordinator.stream.schema import (
     CONSUMER_OFFSETS,
@@ -295,33 +296,96 @@ class WarehouseReader:
         (0.8 s for 2,000 files, most of a ``--describe``). Only integer conditions go down to
         the parquet scan: files that delta-rs's merge wrote carry ``string_view`` columns,
         which pyarrow cannot compare with a ``string`` statistic, so group ids are filtered
-        once the rows are read."""
+        batch by batch as the scan streams (memory: the rows kept, not the table)."""
         schema = TABLE_SCHEMAS[name]
         wanted = list(columns) if columns is not None else schema.names
-        table = self.table(name)
-        if table is None or cut.batch_id is None:
-            return schema.empty_table().select(wanted)
-        condition = pc.field("batch_id") <= cut.batch_id
-        partition_columns = PARTITION_BY.get(name, [])
-        in_files = pa.schema([f for f in schema if f.name not in partition_columns])
-        read = [c for c in wanted if c not in partition_columns]
-        only = None if offsets_partitions is None else set(offsets_partitions)
-        pieces = []
-        for value, paths in _files_by_partition(table, partition_columns).items():
-            if only is not None and value not in only:
-                continue
-            rows = ds.dataset(paths, schema=in_files, format="parquet").to_table(
-                columns=read, filter=condition
-            )
-            for column in partition_columns:  # one partition column: offsets_partition
-                rows = rows.append_column(
-                    schema.field(column),
-                    pa.array([value] * rows.num_rows, schema.field(column).type),
-                )
-            pieces.append(_only_groups(rows, group_ids).select(wanted))
+        pieces = [
+            piece.select(wanted)
+            for piece in self._scan(name, cut, wanted, group_ids, offsets_partitions)
+        ]
         if not pieces:
             return schema.empty_table().select(wanted)
         return pa.concat_tables(pieces)
+
+    def _partitions(
+        self, name: str, cut: Cut, offsets_partitions: Iterable[int] | None = None
+    ) -> Iterator[tuple[Any, ds.Dataset]]:
+        """(partition value, dataset of its files) of a table, some offsets partitions only;
+        nothing when the table is absent or no batch is complete."""
+        table = self.table(name)
+        if table is None or cut.batch_id is None:
+            return
+        schema = TABLE_SCHEMAS[name]
+        partition_columns = PARTITION_BY.get(name, [])
+        in_files = pa.schema([f for f in schema if f.name not in partition_columns])
+        only = None if offsets_partitions is None else set(offsets_partitions)
+        for value, paths in _files_by_partition(table, partition_columns).items():
+            if only is not None and value not in only:
+                continue
+            yield value, ds.dataset(paths, schema=in_files, format="parquet")
+
+    def _scan(
+        self,
+        name: str,
+        cut: Cut,
+        columns: Sequence[str],
+        group_ids: Iterable[str] | None = None,
+        offsets_partitions: Iterable[int] | None = None,
+        condition: ds.Expression | None = None,
+    ) -> Iterator[pa.Table]:
+        """The rows up to the cut (and ``condition``) of some groups, streamed: one table per
+        scanned record batch that kept any row, with ``columns`` (partition column included)."""
+        schema = TABLE_SCHEMAS[name]
+        partition_columns = PARTITION_BY.get(name, [])
+        groups = None if group_ids is None else sorted(set(group_ids))
+        read = [c for c in columns if c not in partition_columns]
+        if groups is not None and "group_id" not in read:
+            read.append("group_id")
+        where = pc.field("batch_id") <= cut.batch_id
+        if condition is not None:
+            where = where & condition
+        for value, dataset in self._partitions(name, cut, offsets_partitions):
+            for batch in dataset.to_batches(columns=read, filter=where):
+                if batch.num_rows == 0:
+                    continue
+                rows = _only_groups(pa.Table.from_batches([batch]), groups)
+                if rows.num_rows == 0:
+                    continue
+                for column in partition_columns:  # one partition column: offsets_partition
+                    rows = rows.append_column(
+                        schema.field(column),
+                        pa.array([value] * rows.num_rows, schema.field(column).type),
+                    )
+                yield rows
+
+    def latest_log(self, cut: Cut, group_ids: Iterable[str] | None = None) -> pa.Table:
+        """What Kafka's load of ``__consumer_offsets`` keeps, in log order: of the
+        ``consumer_offsets`` rows up to the cut, the last record of every (group, topic,
+        partition) commit key (a tombstone included: it deletes the key) and the last
+        GroupMetadata record of every group that is not a tombstone. :func:`history
+        .committed_offsets` and the newest span of :func:`history.generations` read the same
+        from these rows as from the whole log.
+
+        Reduced in pyarrow per offsets partition (a key lives in one), in two scans: the key
+        columns, to find the offsets that survive, then every column of those offsets only;
+        memory follows the number of keys, not the length of the log."""
+        partitions = None
+        if group_ids is not None:
+            group_ids = sorted(set(group_ids))
+            count = self.offsets_topic_num_partitions
+            partitions = {partition_for(g, count) for g in group_ids}
+        schema = TABLE_SCHEMAS[CONSUMER_OFFSETS]
+        pieces: list[pa.Table] = []
+        for value, dataset in self._partitions(CONSUMER_OFFSETS, cut, partitions):
+            keep = _surviving_offsets(dataset, cut, group_ids)
+            if len(keep) == 0:
+                continue
+            only = pc.field("offset").isin(keep)
+            pieces.extend(self._scan(CONSUMER_OFFSETS, cut, schema.names, group_ids, [value], only))
+        if not pieces:
+            return schema.empty_table()
+        rows = pa.concat_tables([p.select(schema.names) for p in pieces])
+        return rows.sort_by([("offsets_partition", "ascending"), ("offset", "ascending")])
 
     def log(self, cut: Cut, group_ids: Iterable[str] | None = None, **kwargs: Any) -> pa.Table:
         """``consumer_offsets`` rows in log order, of some groups (reading only their offsets
@@ -366,10 +430,16 @@ class WarehouseReader:
         return rows
 
     def _states_from_history(self, cut: Cut, wanted: set[str] | None) -> list[dict[str, Any]]:
-        latest: dict[str, dict[str, Any]] = {}
-        for row in self.group_history(cut, wanted).to_pylist():
-            latest[row["group_id"]] = row  # batch order: the last one wins
-        return list(latest.values())
+        """Each group's last ``group_history`` row at or before the cut, reduced in pyarrow as
+        the scan streams (memory: one row per group, whatever the history's length)."""
+        latest: pa.Table | None = None
+        names = TABLE_SCHEMAS[GROUP_HISTORY].names
+        for piece in self._scan(GROUP_HISTORY, cut, names, wanted):
+            piece = piece.select(names)
+            if latest is not None:
+                piece = pa.concat_tables([latest, piece])
+            latest = _last_per_group(piece)
+        return [] if latest is None else latest.to_pylist()
 
     def _states_by_time_travel(self, cut: Cut, wanted: set[str] | None) -> list[dict[str, Any]]:
         if cut.batch_id is None or self.table(GROUP_STATE) is None:
@@ -423,6 +493,59 @@ def _files_by_partition(table: DeltaTable, columns: list[str]) -> dict[Any, list
             )
         out.setdefault(value, []).append(path)
     return out
+
+
+def _surviving_offsets(dataset: ds.Dataset, cut: Cut, group_ids: Sequence[str] | None) -> pa.Array:
+    """The offsets, in one offsets partition's files, of the last record per commit key and of
+    the last GroupMetadata record per group that is not a tombstone (key columns only)."""
+    keyed = dataset.to_table(
+        columns={
+            "record_type": pc.field("record_type"),
+            "group_id": pc.field("group_id"),
+            "topic": pc.field("topic"),
+            "partition": pc.field("partition"),
+            "offset": pc.field("offset"),
+            "tombstone": pc.is_null(pc.field("value")),
+        },
+        filter=pc.field("batch_id") <= cut.batch_id,
+    )
+    keyed = _only_groups(keyed, group_ids)
+    kind = keyed.column("record_type").cast(pa.string())
+    keyed = keyed.set_column(1, "group_id", keyed.column("group_id").cast(pa.string()))
+    keyed = keyed.set_column(2, "topic", keyed.column("topic").cast(pa.string()))
+    commits = keyed.filter(pc.equal(kind, OFFSET_COMMIT))
+    last_commits = commits.group_by(["group_id", "topic", "partition"]).aggregate(
+        [("offset", "max")]
+    )
+    groups = keyed.filter(
+        pc.and_(pc.equal(kind, GROUP_METADATA), pc.invert(keyed.column("tombstone")))
+    )
+    last_groups = groups.group_by("group_id").aggregate([("offset", "max")])
+    return pa.concat_arrays(
+        [
+            last_commits.column("offset_max").combine_chunks(),
+            last_groups.column("offset_max").combine_chunks(),
+        ]
+    )
+
+
+def _last_per_group(rows: pa.Table) -> pa.Table:
+    """The row of the highest ``batch_id`` per group (the later one of a tie), in the order
+    the rows came."""
+    groups = rows.column("group_id").cast(pa.string())
+    keys = pa.table(
+        {
+            "group_id": groups,
+            "batch_id": rows.column("batch_id"),
+            "at": pa.array(range(rows.num_rows), pa.int64()),
+        }
+    )
+    newest = keys.group_by("group_id").aggregate([("batch_id", "max")])
+    where = pc.index_in(groups, value_set=newest.column("group_id").combine_chunks())
+    highest = pc.take(newest.column("batch_id_max").combine_chunks(), where)
+    tops = keys.filter(pc.equal(keys.column("batch_id"), highest))
+    last = tops.group_by("group_id").aggregate([("at", "max")]).column("at_max")
+    return rows.take(pc.take(last, pc.sort_indices(last)))
 
 
 def _only_groups(rows: pa.Table, group_ids: Iterable[str] | None) -> pa.Table:
