@@ -73,33 +73,61 @@ def add_parser(subparsers: Any) -> None:
     stream.set_defaults(run=run_stream)
     soak = kinds.add_parser(
         "soak",
-        help="the Spark job for N minutes under a steady load with member crashes: memory, "
-        "state size, batch time and latency per minute, and their trend (not part of CI)",
+        help="a busy day compressed into an hour: the job (a subprocess, restarted and kill "
+        "-9ed) under live members with crashes; memory, files on disk, batch time and latency "
+        "every 5 minutes, and whether they stay flat (not part of CI)",
     )
-    soak.add_argument("--minutes", type=float, default=10.0, help="how long (10)")
-    soak.add_argument("--groups", type=int, default=5, help="groups (5)")
-    soak.add_argument("--members", type=int, default=3, help="members per group (3)")
-    soak.add_argument("--partitions", type=int, default=6, help="partitions per group (6)")
-    soak.add_argument("--heartbeat-ms", type=int, default=1000, help="heartbeat interval (1000)")
-    soak.add_argument("--session-ms", type=int, default=10_000, help="session timeout (10000)")
-    soak.add_argument(
-        "--commit-every", type=float, default=2.0, metavar="SECONDS", help="per member (2)"
-    )
+    soak.add_argument("--minutes", type=float, help="how long (60; --quick 1.5)")
+    soak.add_argument("--groups", type=int, help="groups (60)")
+    soak.add_argument("--members", type=int, help="members per group (5)")
+    soak.add_argument("--partitions", type=int, help="partitions per group (6)")
+    soak.add_argument("--heartbeat-ms", type=int, help="heartbeat interval (1000)")
+    soak.add_argument("--session-ms", type=int, help="session timeout (15000)")
+    soak.add_argument("--commit-every", type=float, metavar="SECONDS", help="per member (1)")
     soak.add_argument(
         "--crash-every",
         type=float,
-        default=30.0,
         metavar="SECONDS",
-        help="one member dies (and is replaced) this often; 0 = never (30)",
+        help="one member dies (and is replaced) this often; 0 = never (20)",
     )
     soak.add_argument(
-        "--sample-every", type=float, default=60.0, metavar="SECONDS", help="one row each (60)"
+        "--files-per-s", type=float, help="load loops a second, one request file each (60)"
+    )
+    soak.add_argument(
+        "--sample-every", type=float, metavar="SECONDS", help="one row each (300; --quick 10)"
+    )
+    soak.add_argument(
+        "--settle-minutes",
+        type=float,
+        help="judge the trend from this minute on: past warm-up and retention (15)",
+    )
+    soak.add_argument(
+        "--restarts",
+        metavar="SHARE:KIND,...",
+        help="when to restart the job and how, e.g. 0.4:stop,0.7:kill (the default); none",
     )
     soak.add_argument("--trigger-interval", type=int, metavar="MS", help="job.trigger.interval.ms")
     soak.add_argument("--shards", type=int, help="job.shards (Spark shuffle partitions)")
     soak.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a setting for the job (its --set), e.g. retention; repeatable",
+    )
+    soak.add_argument(
+        "--no-gc", action="store_true", help="read the JVM heap without a full GC first"
+    )
+    soak.add_argument(
+        "--trace-memory",
+        action="store_true",
+        help="tracemalloc in the job's driver: <warehouse>/memory-trace.jsonl",
+    )
+    soak.add_argument("--trace-every", type=float, metavar="SECONDS", help="(60)")
+    soak.add_argument(
         "--warehouse", metavar="DIR", help="keep the warehouse under DIR (default: temp)"
     )
+    soak.add_argument("--quick", action="store_true", help="a tiny run checking the machinery")
     soak.add_argument("--json", action="store_true", help="print one JSON object at the end")
     soak.set_defaults(run=run_soak)
     groups = kinds.add_parser(
@@ -115,6 +143,30 @@ def add_parser(subparsers: Any) -> None:
         "--warehouse", default="warehouse/bench-groups", metavar="DIR", help="built here"
     )
     groups.add_argument("--reuse", action="store_true", help="reuse a warehouse built before")
+    groups.add_argument(
+        "--log-records",
+        type=int,
+        metavar="N",
+        help="grow the log to N records with synthetic commits (e.g. 10000000)",
+    )
+    groups.add_argument(
+        "--memory",
+        action="store_true",
+        help="peak RSS of each reading command (a fresh process each) instead of times",
+    )
+    groups.add_argument(
+        "--memory-limit-mb",
+        type=int,
+        default=8000,
+        metavar="MB",
+        help="with --memory: stop a command whose RSS passes this (8000; 0 = no limit)",
+    )
+    groups.add_argument(
+        "--as-of",
+        metavar="POINT",
+        help="with --memory: also the --as-of readings at this point (default: the log's "
+        "version before it was grown)",
+    )
     groups.add_argument("--json", action="store_true", help="print one JSON object")
     groups.set_defaults(run=run_groups)
     gateway = kinds.add_parser(
@@ -245,28 +297,47 @@ def run_stream(args: argparse.Namespace) -> int:
 
 
 def run_soak(args: argparse.Namespace) -> int:
+    import signal
+
     from coordinator.bench import soak
 
-    options = soak.SoakOptions(
-        minutes=args.minutes,
-        groups=args.groups,
-        members=args.members,
-        partitions=args.partitions,
-        heartbeat_ms=args.heartbeat_ms,
-        session_ms=args.session_ms,
-        commit_every_s=args.commit_every,
-        crash_every_s=args.crash_every,
-        sample_every_s=args.sample_every,
-        trigger_interval_ms=args.trigger_interval,
-        shards=args.shards,
-        warehouse=args.warehouse,
-    )
+    def interrupt(*_: Any) -> None:
+        raise KeyboardInterrupt  # a clean end (the job stopped) on SIGTERM too
+
+    signal.signal(signal.SIGTERM, interrupt)
+
+    chosen = {
+        "minutes": args.minutes,
+        "groups": args.groups,
+        "members": args.members,
+        "partitions": args.partitions,
+        "heartbeat_ms": args.heartbeat_ms,
+        "session_ms": args.session_ms,
+        "commit_every_s": args.commit_every,
+        "crash_every_s": args.crash_every,
+        "files_per_s": args.files_per_s,
+        "sample_every_s": args.sample_every,
+        "settle_minutes": args.settle_minutes,
+        "restarts": None if args.restarts is None else soak.parse_restarts(args.restarts),
+        "trigger_interval_ms": args.trigger_interval,
+        "shards": args.shards,
+        "job_settings": tuple(args.set) or None,
+        "warehouse": args.warehouse,
+        "heap_after_gc": False if args.no_gc else None,
+        "trace_memory": True if args.trace_memory else None,
+        "trace_every_s": args.trace_every,
+    }
+    if args.quick:
+        options = soak.SoakOptions.quick(**chosen)
+    else:
+        options = soak.with_changes(soak.SoakOptions(), **chosen)
     if args.json:
         print(json.dumps(soak.run_soak(options, say=soak.stderr)))
         return 0
 
     def print_row(sample: dict[str, Any]) -> None:
         print(soak.row(sample), flush=True)
+        print(soak.table_row(sample), flush=True)
 
     print(soak.format_heading(dataclasses.asdict(options)), flush=True)
     result = soak.run_soak(options, say=soak.stderr, on_sample=print_row)
