@@ -39,9 +39,11 @@ left out of those two). A figure is flagged when its slope, projected over an ho
 share of its level and an absolute floor (:data:`LIMITS`).
 
 ``--trace-memory`` (``trace_memory``) also runs ``tracemalloc`` in the job's driver and writes
-every ``trace_every_s`` a line to ``<warehouse>/memory-trace.jsonl``: RSS, memory traced by
-Python, pyarrow's pool, the number of objects the garbage collector tracks, the most common
-types, and the allocation sites that grew most since the first trace.
+every ``trace_every_s`` a line to ``<root>/memory-trace.jsonl``: RSS, RSS after glibc's
+``malloc_trim(0)`` (what the allocator kept but no one uses is given back: a leak survives it,
+allocator retention does not), memory traced by Python, pyarrow's pool, the number of objects
+the garbage collector tracks, the most common types, the sink's held figures, and the
+allocation sites that grew most since the second trace (each snapshot is dumped beside it).
 """
 
 from __future__ import annotations
@@ -914,6 +916,21 @@ def _held_by_the_job() -> dict[str, int]:
     return held
 
 
+def _rss_after_trim() -> float:
+    """RSS (MB) after glibc's ``malloc_trim(0)`` hands the free memory of its arenas back to
+    the system: memory still in use, apart from what the allocator merely kept (NaN without
+    glibc)."""
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("c")
+    try:
+        ctypes.CDLL(name).malloc_trim(0)
+    except (OSError, AttributeError):
+        return float("nan")
+    return _rss_mb(os.getpid())
+
+
 def trace_memory(
     path: Path, every_s: float, stop: threading.Event | None = None, keep_snapshots: bool = True
 ) -> None:
@@ -937,10 +954,12 @@ def trace_memory(
         )
         types = Counter(type(o).__name__ for o in gc.get_objects())
         current, _ = tracemalloc.get_traced_memory()
+        rss = _rss_mb(os.getpid())
         line: dict[str, Any] = {
             "at": round(time.time(), 1),
             "trace": number,
-            "rss_mb": round(_rss_mb(os.getpid()), 1),
+            "rss_mb": round(rss, 1),
+            "rss_after_trim_mb": round(_rss_after_trim(), 1),
             "traced_mb": round(current / 2**20, 2),
             "arrow_mb": round(pa.total_allocated_bytes() / 2**20, 2),
             "gc_objects": sum(types.values()),
