@@ -155,6 +155,9 @@ class LogTopic:
         self._checked = float("-inf")
         self._last_hint: object = None
         self._lock: asyncio.Lock | None = None
+        #: Looks taken on the loop's thread (:meth:`refresh_now`): a worker's look that began
+        #: before one of them ended is older and is dropped.
+        self._sync_looks = 0
         #: How many times the index was built from a version's add actions, and how many data
         #: files were read (to serve reads, or to index a file without statistics).
         self.index_builds = 0
@@ -373,6 +376,7 @@ class LogTopic:
                 return  # another look began after this one was asked for
             hint = self._changed() if self._changed is not None else None
             self._checked = time.monotonic()
+            looks = self._sync_looks
             try:
                 index = await asyncio.to_thread(self._scan)
             except Exception:
@@ -380,18 +384,22 @@ class LogTopic:
                 self._table = None
                 return
             self._last_hint = hint
-            if index is not None:
+            if index is not None and looks == self._sync_looks:  # else a newer one is in
                 self._apply(index)
 
     def refresh_now(self) -> None:
         """:meth:`refresh` without an event loop (tools, tests, and a read that met a removed
         file): look at the table now."""
-        if self.path is None:
+        from deltalake import DeltaTable
+
+        if self.path is None or not DeltaTable.is_deltatable(str(self.path)):
             return
         self._checked = time.monotonic()
-        index = self._scan()
-        if index is not None:
-            self._apply(index)
+        self._sync_looks += 1
+        # A table object of its own: a look in the worker thread may be using the shared one.
+        table = DeltaTable(str(self.path))
+        if table.version() != self._index.version:
+            self._apply(self._build(table))
 
     def _due(self, now: float) -> bool:
         if self._changed is not None and self._changed() != self._last_hint:
@@ -409,18 +417,18 @@ class LogTopic:
             self._table = DeltaTable(str(self.path))
         else:
             self._table.update_incremental()
-        version = self._table.version()
-        if version == self._index.version:
+        if self._table.version() == self._index.version:
             return None
-        return self._build(version)
+        return self._build(self._table)
 
-    def _build(self, version: int) -> _Index:
-        """The segments of ``version``'s add actions: a file indexed before keeps its
-        segments; a new one is indexed from its statistics (min/max offset, max timestamp,
-        rows), or from its columns when it has none."""
+    def _build(self, table: Any) -> _Index:
+        """The segments of the add actions of ``table``'s loaded version: a file indexed
+        before keeps its segments; a new one is indexed from its statistics (min/max offset,
+        max timestamp, rows), or from its columns when it has none."""
         import pyarrow as pa
 
-        actions = pa.table(self._table.get_add_actions(flatten=True))
+        version = table.version()
+        actions = pa.table(table.get_add_actions(flatten=True))
         names = set(actions.column_names)
         paths = actions.column("path").to_pylist()
 
