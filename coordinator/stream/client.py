@@ -3,7 +3,7 @@
 Three pieces, each usable alone:
 
 - :class:`Inbox` drops one JSON-lines file of requests into the job's inbox, atomically (the
-  file source must never see half a file) and with names that sort in submission order.
+  job must never see half a file) and with names that sort in submission order.
 - :class:`ResponseReader` follows the ``responses`` Delta table commit by commit, without Spark
   and without re-reading the table: it reads the new ``_delta_log/<version>.json`` files and only
   the parquet files their ``add`` actions name.

@@ -4,7 +4,7 @@
 per-group step (:func:`coordinator.stream.operator.run_shard`, every group in one shard), the
 same ``foreachBatch`` writer (:class:`coordinator.stream.job.BatchSink`) and so the same Delta
 tables, app transactions and checkpoint identity. What it leaves out is what Spark adds: the
-file source, the state store (state lives in memory, so a ``LocalJob`` does not survive its
+inbox source (it reads the inbox directly), the state store (state lives in memory, so a ``LocalJob`` does not survive its
 process) and the trigger (the caller says when a batch runs, and at what time).
 
 Tables written by a ``LocalJob`` are indistinguishable from the job's, which is what the
@@ -103,7 +103,7 @@ class LocalJob:
 
 
 def lines_of(data: bytes, source: str) -> list[InboxLine]:
-    """A request file's lines as the job's text source gives them (``job.inbox_stream``)."""
+    """A request file's lines as the job's inbox source gives them (``job.inbox_stream``)."""
     try:
         text = data.decode("utf-8")
         valid = True

@@ -19,8 +19,9 @@ records. :func:`prepare_checkpoint` decides and :func:`rebuild_checkpoint` does 
    ``offsets_partition`` is its group's ``partitionFor``): Kafka cannot change that number
    either, so a mismatch is refused before anything moves.
 2. Move the old checkpoint aside to ``<checkpoint>.replaced-<UTC time>`` (never deleted), and
-   archive the inbox files its committed batches had already answered (its file source log
-   names them), so that they are not answered twice.
+   archive the inbox files its committed batches had already answered (the inbox source's
+   committed offset names them; an older release's file source log), so that they are not
+   answered twice.
 3. Compact the log as Kafka's log cleaner would (the last record per key; a tombstone drops
    the key) and write one bootstrap line per group to ``<warehouse>/bootstrap/<run>/``:
    ``{"group_id": ..., "records": [[key_b64, value_b64], ...]}``, plus an empty one for each
