@@ -57,6 +57,7 @@ from coordinator.client.transport import Callback, SystemClock
 from coordinator.errors import Error
 from coordinator.stream import job
 from coordinator.stream.client import StreamClient
+from coordinator.stream.delta_read import read_table
 from coordinator.stream.schema import GROUP_STATE, TABLES
 from coordinator.stream.settings import Settings
 from coordinator.stream.transport import StreamTransport
@@ -236,7 +237,7 @@ def rebalances(settings: Settings, groups: int) -> int | None:
     """Generations completed beyond each group's first, from ``group_state``."""
     try:
         table = DeltaTable(str(settings.job.paths.table(GROUP_STATE)))
-        generations = pa.table(table.to_pyarrow_table(columns=["generation_id"]))
+        generations = pa.table(read_table(table, columns=["generation_id"]))
     except Exception:
         return None
     return max(0, sum(g or 0 for g in generations.column(0).to_pylist()) - groups)

@@ -242,10 +242,12 @@ class LogTopic:
     def _read_whole(self) -> _Scan:
         import pyarrow as pa
 
+        from coordinator.stream.delta_read import read_table
+
         table = self._table
         actions = pa.table(table.get_add_actions(flatten=True))
         self._seen = set(actions.column("path").to_pylist())
-        rows = table.to_pyarrow_table(columns=[_PARTITION, *_COLUMNS])
+        rows = read_table(table, columns=[_PARTITION, *_COLUMNS])
         self._reload = False
         self.full_reads += 1
         scan = _Scan(replace=True, version=table.version())
