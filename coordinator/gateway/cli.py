@@ -7,8 +7,8 @@ import argparse
 import asyncio
 import contextlib
 import logging
-import sys
 import signal
+import sys
 from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
