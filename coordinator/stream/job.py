@@ -681,15 +681,16 @@ class StopSignals:
 
     def install_jvm(self, spark: Any) -> None:
         """The driver JVM's handlers, calling back into :meth:`request`."""
-        try:
-            jvm = spark.sparkContext._jvm
-            self._jvm_handler = _JvmSignalHandler(self.request)
-            for name in self.NAMES:
+        jvm = spark.sparkContext._jvm
+        self._jvm = jvm
+        self._jvm_handler = _JvmSignalHandler(self.request)
+        for name in self.NAMES:
+            try:
                 previous = jvm.sun.misc.Signal.handle(jvm.sun.misc.Signal(name), self._jvm_handler)
-                self._jvm_previous[name] = previous
-            self._jvm = jvm
-        except Exception as error:  # no sun.misc on this JVM: Python's handlers remain
-            log.debug("could not install the JVM's signal handlers: %s", error)
+            except Exception as error:  # a JVM without sun.misc, or a signal it keeps
+                log.debug("the JVM's SIG%s stays its own: %s", name, error)
+                continue
+            self._jvm_previous[name] = previous
 
     def uninstall_jvm(self) -> None:
         """The JVM's own handlers back, before the session (and the callback server) goes."""
