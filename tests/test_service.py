@@ -282,7 +282,7 @@ def test_a_signal_stops_the_gateway_which_closes_connections_and_keeps_its_log(
     fetch["groups"] = [dict(fetch["groups"][0], group_id="gw-signals")]
     gateway = Service(command, tmp_path / "gateway-1.log")
     try:
-        gateway.wait_for("coordinator gateway on", 60)
+        gateway.wait_for("coordinator gateway listening on", 60)
         assert until(lambda: _answers(port), 60)
         answer = call(port, codec.OFFSET_COMMIT, 8, commit)
         assert answer["topics"][0]["partitions"][0]["error_code"] == 0
@@ -300,7 +300,7 @@ def test_a_signal_stops_the_gateway_which_closes_connections_and_keeps_its_log(
     # The commit was in the log before it was acknowledged, and the restarted gateway has it.
     again = Service(command, tmp_path / "gateway-2.log")
     try:
-        again.wait_for("coordinator gateway on", 60)
+        again.wait_for("coordinator gateway listening on", 60)
         assert until(lambda: _answers(port), 60)
         fetched = call(port, codec.OFFSET_FETCH, 8, fetch)
         assert fetched["groups"][0]["topics"][0]["partitions"][0]["committed_offset"] == 5
