@@ -20,6 +20,12 @@ change.
 One writer per warehouse: the job claims the warehouse before it starts Spark, and is refused
 (exit 1, with the owner's pid, host and lease) while another live job or embedded gateway owns
 it; see :mod:`coordinator.stream.ownership` and ``job.owner.lease.timeout.ms``.
+
+SIGTERM or SIGINT stops it between batches (the batch in flight committed, the next one
+abandoned before it touches anything and re-run on the next start) within
+``--shutdown-timeout`` (``job.shutdown.timeout.ms``, 30 s): exit status 0, or 1 when it overran.
+Spark's log lines go to ``<warehouse>/logs/spark.log``, py4j's and pyspark's to
+``<warehouse>/logs/coordinator.log``; ``--verbose`` shows them on the console too.
 """
 
 from __future__ import annotations
