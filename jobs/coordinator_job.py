@@ -21,8 +21,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="coordinator_job.py", description=__doc__)
     add_job_options(parser)
     args = parser.parse_args(argv)
-    configure_logging(args.quiet)
-    return job.run(settings_from(args), args.master, rebuild_from_log=args.rebuild_from_log)
+    settings = settings_from(args)
+    configure_logging(args.quiet, job.log_dir(settings), verbose=args.verbose)
+    return job.run(
+        settings, args.master, rebuild_from_log=args.rebuild_from_log, verbose=args.verbose
+    )
 
 
 if __name__ == "__main__":

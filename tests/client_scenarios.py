@@ -35,9 +35,11 @@ from tests.gateway_support import Running, until
 TP = tuple[str, int]
 PARTITIONS = 6  # of topic "t" (tests.gateway_support.TOPICS)
 HEARTBEAT_MS = 300
-#: Session timeout of the in-process members (long enough for a slow box, short enough for
-#: a static member's restart test).
-SESSION_MS = 10_000
+#: Session timeout of the in-process members: long enough for a loaded box (and the Spark
+#: job's micro-batches), and the time a static member has to restart without a rebalance.
+SESSION_MS = 30_000
+#: How long a group may take to settle (form, or rebalance) on a loaded 2-core box.
+SETTLE_S = 90
 #: Session timeout of the member that is killed (Kafka's group.min.session.timeout.ms).
 KILLED_SESSION_MS = 6_000
 REPO = Path(__file__).resolve().parent.parent
@@ -544,14 +546,14 @@ def scenario_membership(client: str, port: int) -> dict[str, Any]:
     killed: ProcessMember | None = None
     observed: dict[str, Any] = {}
     try:
-        wait_for(lambda: disjoint_cover(members), 30, lambda: shares(members))
+        wait_for(lambda: disjoint_cover(members), SETTLE_S, lambda: shares(members))
         first = _common_generation(members)
 
         # A fourth member joins (in a subprocess, so that it can be killed below).
         before = calls(members)
         killed = ProcessMember(client, port, group, f"{client}-killed", KILLED_SESSION_MS)
         four: list[AnyMember] = [*members, killed]
-        wait_for(rebalanced(four, before), 30, lambda: (shares(four), calls(four)))
+        wait_for(rebalanced(four, before), SETTLE_S, lambda: (shares(four), calls(four)))
         second = _common_generation(members)
         assert first is None or second is None or second > first, (first, second)
         assert all(len(m.partitions()) in (1, 2) for m in four), shares(four)
@@ -562,7 +564,7 @@ def scenario_membership(client: str, port: int) -> dict[str, Any]:
         left_at = time.monotonic()
         leaving.close()
         three: list[AnyMember] = [*members, killed]
-        wait_for(rebalanced(three, before), 30, lambda: (shares(three), calls(three)))
+        wait_for(rebalanced(three, before), SETTLE_S, lambda: (shares(three), calls(three)))
         observed["leave_rebalance_s"] = time.monotonic() - left_at
         third = _common_generation(members)
         assert second is None or third is None or third > second, (second, third)
@@ -573,7 +575,7 @@ def scenario_membership(client: str, port: int) -> dict[str, Any]:
         killed_at = time.monotonic()
         wait_for(
             rebalanced(members, before),
-            KILLED_SESSION_MS / 1000 + 30,
+            KILLED_SESSION_MS / 1000 + SETTLE_S,
             lambda: (shares(members), calls(members)),
         )
         observed["kill_rebalance_s"] = elapsed = time.monotonic() - killed_at
@@ -599,7 +601,7 @@ def _common_generation(members: list[Member]) -> int | None:
         return None
     wait_for(
         lambda: len({m.generation() for m in members}) == 1,
-        10,
+        SETTLE_S,
         lambda: {m.name: m.generation() for m in members},
     )
     generation = members[0].generation()
@@ -619,7 +621,7 @@ def scenario_commits_survive_restart(client: str, warehouse: str) -> None:
     try:
         members = [cls(first.port, group, f"{client}-{i}") for i in range(2)]
         try:
-            wait_for(lambda: disjoint_cover(list(members)), 30, lambda: shares(list(members)))
+            wait_for(lambda: disjoint_cover(list(members)), SETTLE_S, lambda: shares(list(members)))
             for m in members:
                 mine = {tp: expected[tp] for tp in m.assigned()}
                 m.commit(mine)
@@ -635,7 +637,7 @@ def scenario_commits_survive_restart(client: str, warehouse: str) -> None:
     try:
         member = cls(second.port, group, f"{client}-after")
         try:
-            wait_for(lambda: disjoint_cover([member]), 30, lambda: shares([member]))
+            wait_for(lambda: disjoint_cover([member]), SETTLE_S, lambda: shares([member]))
             committed = member.committed(everything)
             assert committed == expected, committed
             # It resumes from the committed offsets (where the client reports a position
@@ -667,9 +669,9 @@ def scenario_static_restart(client: str, port: int) -> None:
     # The first member is started alone, so that it is the leader (the restarted one is not).
     members = [start(0)]
     try:
-        wait_for(lambda: disjoint_cover(members), 30, lambda: shares(members))
+        wait_for(lambda: disjoint_cover(members), SETTLE_S, lambda: shares(members))
         members += [start(1), start(2)]
-        wait_for(lambda: disjoint_cover(members), 30, lambda: shares(members))
+        wait_for(lambda: disjoint_cover(members), SETTLE_S, lambda: shares(members))
         generation = _common_generation(members)
         stay = members[:2]
         before_calls = calls(stay)
@@ -711,7 +713,7 @@ def kafka_python_admin_scenario(port: int, group: str) -> None:
     admin = KafkaAdminClient(bootstrap_servers=f"127.0.0.1:{port}", client_id="admin")
     members = [KafkaPythonMember(port, group, f"admin-m{i}") for i in range(2)]
     try:
-        wait_for(lambda: disjoint_cover(list(members)), 30, lambda: shares(list(members)))
+        wait_for(lambda: disjoint_cover(list(members)), SETTLE_S, lambda: shares(list(members)))
         for m in members:
             m.commit({tp: 7 for tp in m.assigned()})
         t = [TopicPartition("t", p) for p in range(PARTITIONS)]

@@ -30,7 +30,28 @@ def spark() -> Iterator[Any]:
 
     session = job.spark_session(load_settings([], shards=2))
     yield session
-    session.stop()
+    stop_spark_session(session)
+
+
+def stop_spark_session(session: Any, timeout_s: float = 60.0) -> None:
+    """End the run's session quickly: a query a test left running is stopped first (otherwise
+    ``spark.stop()`` shuts the SparkContext down under its running batch, whose job then waits
+    on tasks that will never report), the listeners the tests added are dropped (the listener
+    bus would deliver its whole backlog to each, a py4j call per event, before stopping), and
+    ``spark.stop()`` is waited for at most ``timeout_s``: the JVM exits with pytest anyway (it
+    reads pytest's pipe to EOF)."""
+    import contextlib
+
+    from coordinator.stream import job
+
+    for query in session.streams.active:
+        with contextlib.suppress(Exception):
+            query.stop()
+    with contextlib.suppress(Exception):
+        manager = session.streams._jsqm
+        for listener in manager.listListeners():
+            manager.removeListener(listener)
+    job.stop_session(session, timeout_s)
 
 
 @pytest.fixture

@@ -39,6 +39,7 @@ from coordinator.engine import CoordinatorNode, GroupCoordinator
 from coordinator.errors import Error
 from coordinator.gateway import apis, codec
 from coordinator.ids import SequentialIds
+from tests.client_scenarios import KafkaPythonMember
 from tests.gateway_support import TOPICS, Running, until
 
 HOST, PORT = "127.0.0.1", 9092
@@ -295,7 +296,7 @@ def test_what_a_version_cannot_carry_is_refused() -> None:
         two = [{"member_id": "a"}, {"member_id": "b"}]
         to_wire({"api": "leave_group", "group_id": "g", "members": two}, 2)
     # A contract LeaveGroup with member_id only goes as a one-member batch from v3.
-    _, body = to_wire({"api": "leave_group", "group_id": "g", "member_id": "a"}, 5)
+    _, body = to_wire({"api": "leave_group", "group_id": "g", "member_id": "a"}, 30)
     assert body["members"] == [{"member_id": "a", "group_instance_id": None, "reason": None}]
 
 
@@ -368,7 +369,7 @@ class Members:
             for i, link in enumerate(self.links)
         ]
 
-    def run(self, done: Callable[[], bool], seconds: float = 15.0) -> bool:
+    def run(self, done: Callable[[], bool], seconds: float = 60.0) -> bool:
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
             for member in self.members:
@@ -500,7 +501,7 @@ def test_a_broker_that_is_gone_answers_network_exception() -> None:
     transport.send({"api": "find_coordinator", "request_id": "f", "group_id": "g"}, calls.append)
     transport.send({"api": "heartbeat", "request_id": "h", "group_id": "g"}, calls.append, 3)
     assert calls == []  # send never calls back, not even with an error
-    assert until(lambda: transport.deliver() >= 0 and len(calls) == 2, 5)
+    assert until(lambda: transport.deliver() >= 0 and len(calls) == 2, 30)
     assert {c["request_id"]: c["error"] for c in calls} == {
         "f": "NETWORK_EXCEPTION",
         "h": "NETWORK_EXCEPTION",  # node 3 was never named by FindCoordinator
@@ -559,14 +560,14 @@ def test_requests_time_out_exactly_once_and_a_join_waits_its_rebalance_timeout()
         }
         joining.send(join, calls.append)
         assert calls == [] and plain.in_flight == 1 and joining.in_flight == 1
-        assert until(lambda: broker.accepted == 2, 5)
+        assert until(lambda: broker.accepted == 2, 30)
         clock.advance(999)
         assert plain.deliver() == 0 and joining.deliver() == 0
         clock.advance(1)
         assert plain.deliver() == 1 and joining.deliver() == 0
         assert calls[0]["request_id"] == "hb" and calls[0]["error"] == "REQUEST_TIMED_OUT"
         assert calls[0]["error_code"] == Error.REQUEST_TIMED_OUT
-        assert until(lambda: broker.closed == 1, 5)  # Kafka closes a timed-out connection
+        assert until(lambda: broker.closed == 1, 30)  # Kafka closes a timed-out connection
         clock.advance(6_999)  # the join: rebalance timeout (3 s) + 5 s
         assert joining.deliver() == 0
         clock.advance(1)
@@ -625,7 +626,7 @@ def test_an_older_broker_is_spoken_to_at_its_versions(
         )
     finally:
         group.close()
-    assert until(lambda: (codec.LEAVE_GROUP, 2) in seen, 5)
+    assert until(lambda: (codec.LEAVE_GROUP, 2) in seen, 30)
     highest: dict[int, int] = {}
     for key, version in seen:
         highest[key] = max(highest.get(key, -1), version)
@@ -639,41 +640,6 @@ def test_an_older_broker_is_spoken_to_at_its_versions(
 # --- a mixed group: our members and a real Kafka client ----------------------------------------
 
 
-class KafkaPythonMember(threading.Thread):
-    """A kafka-python 3.0.12 KafkaConsumer polling in its own thread."""
-
-    def __init__(self, port: int, group: str) -> None:
-        super().__init__(daemon=True, name="kafka-python")
-        from kafka import KafkaConsumer
-
-        self.consumer = KafkaConsumer(
-            "t",
-            bootstrap_servers=f"127.0.0.1:{port}",
-            group_id=group,
-            client_id="kafka-python",
-            enable_auto_commit=False,
-            session_timeout_ms=10_000,
-            heartbeat_interval_ms=300,
-        )
-        self.stopping = threading.Event()
-        self.error: BaseException | None = None
-        self._shares: set[int] = set()
-        self.start()
-
-    def shares(self) -> set[int]:
-        return set(self._shares)
-
-    def run(self) -> None:
-        try:
-            while not self.stopping.is_set():
-                self.consumer.poll(timeout_ms=100)
-                self._shares = {tp.partition for tp in self.consumer.assignment()}
-        except BaseException as exc:
-            self.error = exc
-        finally:
-            self.consumer.close()
-
-
 @pytest.mark.slow  # ~1 s alone, but kafka-python 3.0.12's own timing is at the machine's mercy
 @pytest.mark.parametrize("leader", ["ours", "kafka-python"])
 def test_a_mixed_group_of_wire_members_and_kafka_python_covers_the_topic(
@@ -685,16 +651,18 @@ def test_a_mixed_group_of_wire_members_and_kafka_python_covers_the_topic(
     ours = Members(gateway.port, 2, group="mixed")
     try:
         if leader == "kafka-python":
-            theirs = KafkaPythonMember(gateway.port, "mixed")
-            assert until(lambda: theirs is not None and len(theirs.shares()) == TOPICS["t"], 30)
+            theirs = KafkaPythonMember(gateway.port, "mixed", "kafka-python")
+            assert until(
+                lambda: theirs is not None and len(theirs.partitions()) == TOPICS["t"], 60
+            ), (theirs.events, theirs.error)
         else:
-            assert ours.run(ours.stable)
-            theirs = KafkaPythonMember(gateway.port, "mixed")
+            assert ours.run(ours.stable, 60)
+            theirs = KafkaPythonMember(gateway.port, "mixed", "kafka-python")
         kafka_python = theirs
 
         def covered() -> bool:
             shares = [{tp.partition for tp in m.assignment} for m in ours.members]
-            shares.append(kafka_python.shares())
+            shares.append(kafka_python.partitions())
             group = gateway.gateway.backend.engine.group("mixed")
             return (
                 ours.stable()
@@ -706,9 +674,9 @@ def test_a_mixed_group_of_wire_members_and_kafka_python_covers_the_topic(
                 and len(group.members) == 3
             )
 
-        assert ours.run(covered, 45), (
+        assert ours.run(covered, 90), (
             [m.assignment for m in ours.members],
-            kafka_python.shares(),
+            kafka_python.partitions(),
             kafka_python.error,
             [m.events for m in ours.members],
         )
@@ -719,6 +687,5 @@ def test_a_mixed_group_of_wire_members_and_kafka_python_covers_the_topic(
         assert group.members[group.leader_id].client_id in expected
     finally:
         if theirs is not None:
-            theirs.stopping.set()
-            theirs.join(30)
+            theirs.close()
         ours.close()

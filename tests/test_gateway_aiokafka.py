@@ -79,7 +79,9 @@ def test_admin_client_on_live_and_empty_group(running: Running, caplog: pytest.L
 
     members = [sc.AiokafkaMember(port, group, f"admin-m{i}") for i in range(2)]
     try:
-        sc.wait_for(lambda: sc.disjoint_cover(list(members)), 30, lambda: sc.shares(list(members)))
+        sc.wait_for(
+            lambda: sc.disjoint_cover(list(members)), sc.SETTLE_S, lambda: sc.shares(list(members))
+        )
         for m in members:
             m.commit({tp: 7 for tp in m.assigned()})
 

@@ -91,7 +91,7 @@ def test_failed_log_write_is_not_acknowledged_and_the_engine_reloads_the_log(tmp
 
         sink.write_batch = fails_once
         assert commit(port, "g", 6) == COORDINATOR_NOT_AVAILABLE
-        assert until(lambda: not backend._loading, 10)
+        assert until(lambda: not backend._loading, 30)
         assert backend.reloads == 1
         assert committed(port, "g") == 5  # the refused commit was never applied
         assert heartbeat(port, "live", member, generation) == 0  # the group came back from the log
@@ -124,11 +124,14 @@ def test_parked_join_is_answered_when_the_log_write_fails(tmp_path: Path):
         other = call(port, codec.JOIN_GROUP, 9, second)
         assert other["error_code"] == 79
         parked.start()
-        time.sleep(0.3)
-        assert not answers  # still parked
+        # Parked: the backend holds the join, unanswered.
+        assert until(
+            lambda: any(r["api"] == "join_group" for r, _ in list(backend._waiting.values())), 30
+        )
+        assert not answers
         backend._sink.write_batch = _raise
         assert commit(port, "g", 1) == COORDINATOR_NOT_AVAILABLE
-        parked.join(10)
+        parked.join(30)
         assert answers and answers[0]["error_code"] == COORDINATOR_NOT_AVAILABLE
     finally:
         running.stop()
@@ -202,7 +205,7 @@ def test_job_backend_answers_coordinator_not_available_when_the_job_is_silent(tm
     try:
         started = time.monotonic()
         assert commit(running.port, "g", 1) == COORDINATOR_NOT_AVAILABLE
-        assert 0.25 < time.monotonic() - started < 5
+        assert time.monotonic() - started >= 0.25  # it waited for request_timeout_ms
         assert running.gateway.backend.timed_out == 1
         assert list((warehouse / "inbox").iterdir())  # the request is in the job's inbox
     finally:

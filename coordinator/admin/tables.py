@@ -38,6 +38,7 @@ from deltalake import DeltaTable
 from coordinator.config import CoordinatorConfig
 from coordinator.log.partitioning import partition_for
 from coordinator.log.records import GROUP_METADATA, OFFSET_COMMIT
+from coordinator.stream.delta_read import read_table
 from coordinator.stream.retention import LOG_RETENTION, KeptFrom
 from coordinator.stream.schema import (
     CONSUMER_OFFSETS,
@@ -426,7 +427,7 @@ class WarehouseReader:
         table = self.table(GROUP_STATE)
         if table is None:
             return []
-        rows: list[dict[str, Any]] = _only_groups(table.to_pyarrow_table(), wanted).to_pylist()
+        rows: list[dict[str, Any]] = _only_groups(read_table(table), wanted).to_pylist()
         return rows
 
     def _states_from_history(self, cut: Cut, wanted: set[str] | None) -> list[dict[str, Any]]:
@@ -449,7 +450,7 @@ class WarehouseReader:
         if cut.as_of.timestamp_ms is not None:
             moment = datetime.fromtimestamp(cut.as_of.timestamp_ms / 1000, UTC)
             table.load_as_version(moment)
-        rows: list[dict[str, Any]] = _only_groups(table.to_pyarrow_table(), wanted).to_pylist()
+        rows: list[dict[str, Any]] = _only_groups(read_table(table), wanted).to_pylist()
         return [r for r in rows if r["batch_id"] <= cut.batch_id]
 
 

@@ -110,9 +110,9 @@ class TopicOffsets:
         """From a CSV file, a JSON-lines file or a Delta table directory."""
         path = Path(source)
         if (path / "_delta_log").is_dir():
-            from deltalake import DeltaTable
+            from coordinator.stream.delta_read import read_table
 
-            return cls(DeltaTable(str(path)).to_pyarrow_table().to_pylist())
+            return cls(read_table(path).to_pylist())
         if not path.is_file():
             raise TopicOffsetsError(f"no topic-offsets file or Delta table at {path}")
         text = path.read_text(encoding="utf-8-sig")  # a spreadsheet's byte-order mark

@@ -108,6 +108,7 @@ def grow_log(root: Path, records: int, chunk_rows: int = 500_000) -> dict[str, A
 
     from coordinator.admin.tables import WarehouseReader
     from coordinator.log.records import OFFSET_COMMIT
+    from coordinator.stream.delta_read import read_table
     from coordinator.stream.schema import CONSUMER_OFFSETS, CONSUMER_OFFSETS_SCHEMA
 
     started = time.perf_counter()
@@ -117,7 +118,7 @@ def grow_log(root: Path, records: int, chunk_rows: int = 500_000) -> dict[str, A
     path = str(reader.paths.table(CONSUMER_OFFSETS))
     table = DeltaTable(path)
     version = table.version()
-    existing = table.to_pyarrow_table(columns=["offsets_partition", "offset"])
+    existing = read_table(table, columns=["offsets_partition", "offset"])
     ends = existing.group_by("offsets_partition").aggregate([("offset", "max")]).to_pylist()
     log_end = {e["offsets_partition"]: e["offset_max"] + 1 for e in ends}
     have = existing.num_rows

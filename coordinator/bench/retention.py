@@ -23,6 +23,7 @@ from coordinator.group.model import OffsetAndMetadata
 from coordinator.log.partitioning import partition_for
 from coordinator.log.records import offset_commit_record
 from coordinator.stream import schema
+from coordinator.stream.delta_read import read_table
 from coordinator.stream.retention import Retention
 from coordinator.stream.sink import DeltaSink, Housekeeping
 
@@ -110,7 +111,7 @@ def run(
         f"{statistics.median(retention_ms) if retention_ms else 0:.0f} ms, "
         f"max {max(retention_ms, default=0):.0f} ms"
     )
-    rows = log.to_pyarrow_table(columns=["offset"]).num_rows
+    rows = read_table(log, columns=["offset"]).num_rows
     print(
         f"consumer_offsets: {written} records written, {rows} kept (window holds about "
         f"{window_rows}, keys {groups * partitions}), {len(log.file_uris())} live files"
@@ -119,7 +120,7 @@ def run(
         table = DeltaTable(str(root / name))
         files = len(list((root / name).rglob("*.parquet")))
         logs = len(list((root / name / "_delta_log").iterdir()))
-        rows = table.to_pyarrow_table(columns=["batch_id"]).num_rows
+        rows = read_table(table, columns=["batch_id"]).num_rows
         print(
             f"  {name}: {rows} rows, {len(table.file_uris())} live files, {files} parquet "
             f"files on disk, {logs} _delta_log files, transaction version "

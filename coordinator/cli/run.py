@@ -20,6 +20,12 @@ change.
 One writer per warehouse: the job claims the warehouse before it starts Spark, and is refused
 (exit 1, with the owner's pid, host and lease) while another live job or embedded gateway owns
 it; see :mod:`coordinator.stream.ownership` and ``job.owner.lease.timeout.ms``.
+
+SIGTERM or SIGINT stops it between batches (the batch in flight committed, the next one
+abandoned before it touches anything and re-run on the next start) within
+``--shutdown-timeout`` (``job.shutdown.timeout.ms``, 30 s): exit status 0, or 1 when it overran.
+Spark's log lines go to ``<warehouse>/logs/spark.log``, py4j's and pyspark's to
+``<warehouse>/logs/coordinator.log``; ``--verbose`` shows them on the console too.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from pathlib import Path
 from typing import Any
 
 
@@ -67,6 +74,12 @@ def add_job_options(parser: argparse.ArgumentParser) -> None:
         help="stop after this long with no request in and nothing out",
     )
     parser.add_argument(
+        "--shutdown-timeout",
+        type=float,
+        metavar="SECONDS",
+        help="how long a stop (SIGTERM, SIGINT) may take; job.shutdown.timeout.ms, default 30",
+    )
+    parser.add_argument(
         "--rebuild-from-log",
         action="store_true",
         help="rebuild the checkpoint from consumer_offsets (old one moved aside); also the "
@@ -77,6 +90,12 @@ def add_job_options(parser: argparse.ArgumentParser) -> None:
         "--metrics",
         metavar="HOST:PORT",
         help="serve /metrics (Prometheus), /livez and /readyz there (job.metrics)",
+    )
+    parser.add_argument(
+        "--verbose",
+        action="store_true",
+        help="Spark's and py4j's log lines on the console too (they always go to "
+        "<warehouse>/logs/spark.log and coordinator.log)",
     )
 
 
@@ -97,16 +116,48 @@ def settings_from(args: argparse.Namespace) -> Any:
         state_store=args.state_store,
         stop_when_idle_s=args.stop_when_idle,
         metrics=args.metrics,
+        shutdown_timeout_ms=None
+        if args.shutdown_timeout is None
+        else max(1, round(args.shutdown_timeout * 1000)),
     )
 
 
-def configure_logging(quiet: bool) -> None:
-    logging.basicConfig(
-        level=logging.WARNING if quiet else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+#: This package's loggers: the only ones on the console unless --verbose.
+OWN_LOGGERS = "coordinator"
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+class _OwnLines(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.name == OWN_LOGGERS or record.name.startswith(OWN_LOGGERS + ".")
+
+
+def configure_logging(quiet: bool, log_dir: Path | None = None, *, verbose: bool = False) -> None:
+    """The console (stderr) gets this package's lines (INFO, or WARNING when ``quiet``), and
+    with ``verbose`` every library's (py4j, pyspark) at INFO and ours at DEBUG.
+    ``<log_dir>/coordinator.log`` gets every Python logger's lines at INFO (Spark's JVM writes
+    ``spark.log`` beside it: ``conf/log4j2.properties``)."""
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        root.removeHandler(handler)
+        handler.close()
+    root.setLevel(logging.DEBUG if verbose else logging.INFO)
+    console = logging.StreamHandler(sys.stderr)
+    console.setFormatter(logging.Formatter(LOG_FORMAT))
+    if verbose:
+        console.setLevel(logging.DEBUG)
+    else:
+        console.setLevel(logging.WARNING if quiet else logging.INFO)
+        console.addFilter(_OwnLines())
+    root.addHandler(console)
+    # py4j's INFO is a line per callback, its DEBUG every command sent to the JVM.
     logging.getLogger("py4j").setLevel(logging.WARNING)
+    if log_dir is not None:
+        log_dir.mkdir(parents=True, exist_ok=True)
+        file = logging.FileHandler(log_dir / "coordinator.log", encoding="utf-8")
+        file.setFormatter(logging.Formatter(LOG_FORMAT))
+        file.setLevel(logging.INFO)
+        root.addHandler(file)
 
 
 def add_parser(subparsers: Any) -> None:
@@ -123,9 +174,11 @@ def add_parser(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from coordinator.stream import job
 
-    configure_logging(args.quiet)
     settings = settings_from(args)
-    return job.run(settings, args.master, rebuild_from_log=args.rebuild_from_log)
+    configure_logging(args.quiet, job.log_dir(settings), verbose=args.verbose)
+    return job.run(
+        settings, args.master, rebuild_from_log=args.rebuild_from_log, verbose=args.verbose
+    )
 
 
 def add_demo_parser(subparsers: Any) -> None:
@@ -143,7 +196,11 @@ def add_demo_parser(subparsers: Any) -> None:
         ),
     )
     parser.add_argument("--warehouse", default="warehouse/demo", metavar="DIR")
-    parser.add_argument("--verbose", action="store_true", help="the job's per-batch log lines")
+    parser.add_argument(
+        "--verbose",
+        action="store_true",
+        help="the job's per-batch log lines, and Spark's and py4j's (always in <warehouse>/logs/)",
+    )
     parser.set_defaults(run=run_demo)
 
 
@@ -152,5 +209,7 @@ def run_demo(args: argparse.Namespace) -> int:
 
     from coordinator.stream import demo
 
-    configure_logging(not args.verbose)
-    return demo.run_demo(Path(args.warehouse), sys.stdout)
+    warehouse = Path(args.warehouse)
+    demo.prepare_warehouse(warehouse)
+    configure_logging(not args.verbose, warehouse / "logs", verbose=args.verbose)
+    return demo.run_demo(warehouse, sys.stdout, verbose=args.verbose, prepared=True)

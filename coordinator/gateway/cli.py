@@ -5,14 +5,19 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
+import signal
 import sys
+from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
 from coordinator.stream.ownership import DEFAULT_LEASE_TIMEOUT_MS, OwnershipError
 
 DEFAULT_PROPERTIES = Path("conf/gateway.properties")
+
+log = logging.getLogger("coordinator.gateway")
 
 
 def add_parser(subparsers: Any) -> None:
@@ -77,6 +82,14 @@ def add_parser(subparsers: Any) -> None:
         "--metrics",
         metavar="HOST:PORT",
         help="serve /metrics (Prometheus), /livez and /readyz there (gateway.properties: metrics)",
+    )
+    p.add_argument(
+        "--shutdown-timeout",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="on SIGTERM or SIGINT: how long closing the connections and flushing the log may "
+        "take (exit status 1 beyond it)",
     )
     p.set_defaults(run=run)
 
@@ -147,14 +160,17 @@ def run(args: argparse.Namespace) -> int:
         )
 
     try:
-        asyncio.run(_serve_while_owner(gateway, serve, announce))
+        return asyncio.run(
+            serve_until_signalled(
+                _serve_while_owner(gateway, serve, announce), args.shutdown_timeout
+            )
+        )
     except OwnershipError as error:  # refused at start, or taken over while serving
         print(f"coordinator gateway: {error}", file=sys.stderr, flush=True)
         return 1
     finally:
         if exporter is not None:
             exporter.close()
-    return 0
 
 
 async def _serve_while_owner(gateway: Any, serve: Any, on_ready: Any) -> None:
@@ -177,3 +193,42 @@ async def _serve_while_owner(gateway: Any, serve: Any, on_ready: Any) -> None:
         if lost:
             raise lost[0] from None
         raise
+
+
+async def serve_until_signalled(serving: Coroutine[Any, Any, None], timeout_s: float) -> int:
+    """Run ``serving`` until it ends or SIGTERM/SIGINT arrives; then cancel it, which stops the
+    gateway (``server.run``'s ``finally``: the listener and every connection closed, the back
+    end stopped, the log writes in flight and pending flushed), for at most ``timeout_s``.
+    The exit status: 0, or 1 when the stop overran."""
+    loop = asyncio.get_running_loop()
+    signalled: asyncio.Future[str] = loop.create_future()
+
+    def on_signal(number: int) -> None:
+        name = signal.Signals(number).name
+        if signalled.done():
+            log.info("%s: already stopping", name)
+        else:
+            signalled.set_result(name)
+
+    for number in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(number, on_signal, number)
+    task = asyncio.ensure_future(serving)
+    try:
+        either: set[asyncio.Future[Any]] = {task, signalled}
+        await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+        if task.done():
+            task.result()  # the server failed: its exception
+            return 0
+        log.info("%s: stopping the gateway", signalled.result())
+        task.cancel()
+        done, _ = await asyncio.wait({task}, timeout=timeout_s)
+        if not done:
+            log.error("the gateway did not stop within %g s", timeout_s)
+            return 1
+        with contextlib.suppress(asyncio.CancelledError):
+            task.result()
+        log.info("gateway stopped")
+        return 0
+    finally:
+        for number in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(number)

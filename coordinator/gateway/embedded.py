@@ -170,6 +170,7 @@ class EmbeddedBackend:
     def _open_log(self) -> list[dict[str, Any]]:
         from deltalake import DeltaTable
 
+        from coordinator.stream.delta_read import read_table
         from coordinator.stream.rebuild import read_log
         from coordinator.stream.schema import GROUP_STATE, Warehouse
         from coordinator.stream.sink import DeltaSink
@@ -181,7 +182,7 @@ class EmbeddedBackend:
         self._sink = DeltaSink(tables, APP_ID, ownership=self.owner)
         state = tables / GROUP_STATE
         if DeltaTable.is_deltatable(str(state)):
-            ids = DeltaTable(str(state)).to_pyarrow_table(columns=["group_id"]).column(0)
+            ids = read_table(state, columns=["group_id"]).column(0)
             self._summaries = dict.fromkeys(ids.to_pylist(), _UNKNOWN)
         last = self._sink.last_batch()
         self._batch_id = 0 if last is None else last + 1

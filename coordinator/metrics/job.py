@@ -58,6 +58,7 @@ from prometheus_client import Counter, Gauge, Histogram
 
 from coordinator.metrics.groups import GroupMetrics, GroupView
 from coordinator.metrics.server import MetricsServer, Readiness, new_registry, parse_address
+from coordinator.stream.delta_read import read_table
 from coordinator.stream.schema import GROUP_STATE, Warehouse
 from coordinator.stream.source import SEQUENCED, parse_sequenced, visible
 
@@ -336,7 +337,7 @@ class JobMetrics:
             "num_committed_offsets",
             "state_timestamp_ms",
         ]
-        rows = DeltaTable(str(table)).to_pyarrow_table(columns=columns).to_pylist()
+        rows = read_table(table, columns=columns).to_pylist()
         return [GroupView.from_summary(row) for row in rows]
 
     # --- hooks ----------------------------------------------------------------------------------

@@ -268,8 +268,10 @@ class ResponseReader:
     def _full_read(self) -> tuple[list[dict[str, Any]], int]:
         from deltalake import DeltaTable
 
+        from coordinator.stream.delta_read import read_table
+
         table = DeltaTable(str(self.table_path))
-        data = pa.table(table.to_pyarrow_table())
+        data = read_table(table)
         return _conform(data, {}).to_pylist(), table.version() + 1
 
 

@@ -41,6 +41,9 @@ PARTITIONS = 6
 MARKER = ".coordinator-demo"
 #: The producer's log-end samples, in the warehouse (a topic-offsets CSV).
 TOPIC_OFFSETS = "topic_offsets.csv"
+#: How long the group may take to form, or to rebalance (a minute is typical; a loaded machine
+#: runs slower micro-batches).
+SETTLE_S = 180
 
 
 def prepare_warehouse(path: Path) -> None:
@@ -177,16 +180,21 @@ def demo_settings(warehouse: Path) -> Settings:
     return load_settings([], warehouse=str(warehouse), trigger_interval_ms=200)
 
 
-def run_demo(warehouse: Path, out: TextIO) -> int:
-    prepare_warehouse(warehouse)
+def run_demo(warehouse: Path, out: TextIO, verbose: bool = False, prepared: bool = False) -> int:
+    """The whole demo on a session of its own; ``prepared``: the warehouse was already made
+    afresh (:func:`prepare_warehouse`). Spark's log lines go to ``<warehouse>/logs/``."""
+    if not prepared:
+        prepare_warehouse(warehouse)
     settings = demo_settings(warehouse)
     reader = ResponseReader(settings.job.paths.table("responses"), start_version=0)
     out.write(f"Starting the coordinator job (Spark local[{settings.job.shards}], delta-rs)...\n")
-    spark = job.spark_session(settings)
+    spark = job.spark_session(settings, verbose=verbose)
     try:
         code = play(spark, settings, out)
     finally:
-        spark.stop()
+        if not job.stop_session(spark, settings.job.shutdown_timeout_ms / 1000):
+            out.write("the Spark session did not stop in time\n")
+            code = 1
     if code != 0:
         return code
     print_timeline(reader, out)
@@ -205,8 +213,8 @@ def play(spark: Any, settings: Settings, out: TextIO) -> int:
         demo.say("job running; three members start: find the coordinator, join, sync")
         for i in range(1, 4):
             demo.add_member(f"consumer-{i}")
-        if not demo.pump(90, demo.stable):
-            demo.say("the group did not stabilise in 90 s")
+        if not demo.pump(SETTLE_S, demo.stable):
+            demo.say(f"the group did not stabilise in {SETTLE_S} s")
             return 1
         demo.say("the group is Stable; range assignment:")
         demo.show_assignment()
@@ -214,8 +222,8 @@ def play(spark: Any, settings: Settings, out: TextIO) -> int:
         demo.pump(3)
         demo.say("consumer-3 crashes (kill -9: no LeaveGroup); its session is 10 s")
         demo.crash("consumer-3")
-        if not demo.pump(90, demo.stable):
-            demo.say("the group did not rebalance in 90 s")
+        if not demo.pump(SETTLE_S, demo.stable):
+            demo.say(f"the group did not rebalance in {SETTLE_S} s")
             return 1
         demo.say("session expired in the job; the group rebalanced:")
         demo.show_assignment()
@@ -254,10 +262,9 @@ def print_tables(settings: Settings, out: TextIO) -> None:
     for name, table in status["tables"].items():
         out.write(f"  {paths.table(name)}  (version {table['version']})\n")
     out.write(f"  last batch in every table: {status.get('last_complete_batch')}\n")
-    import pyarrow as pa
-    from deltalake import DeltaTable
+    from coordinator.stream.delta_read import read_table
 
-    state = pa.table(DeltaTable(str(paths.table("group_state"))).to_pyarrow_table()).to_pylist()
+    state = read_table(paths.table("group_state")).to_pylist()
     for row in state:
         members = ", ".join(short_member_id(m["member_id"]) for m in row["members"])
         out.write(
@@ -265,7 +272,7 @@ def print_tables(settings: Settings, out: TextIO) -> None:
             f"{row['generation_id']}, members [{members}], {row['num_committed_offsets']} "
             f"committed offsets\n"
         )
-    log = pa.table(DeltaTable(str(paths.table("consumer_offsets"))).to_pyarrow_table())
+    log = read_table(paths.table("consumer_offsets"))
     kinds: dict[str, int] = {}
     for kind in log.column("record_type").to_pylist():
         kinds[kind] = kinds.get(kind, 0) + 1

@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from coordinator.engine import CoordinatorNode
 from coordinator.log.records import record_from_bytes
@@ -62,11 +62,44 @@ def prepare_environment() -> None:
     os.environ.setdefault("PYTHONWARNINGS", "ignore::FutureWarning")
 
 
-def spark_session(settings: Settings, master: str | None = None, app_name: str = QUERY_NAME) -> Any:
-    """A SparkSession configured for the job (or the running one, reconfigured where allowed)."""
+#: The JVM's log lines (Spark, Hadoop) go to ``<warehouse>/logs/spark.log``
+#: (``conf/log4j2.properties`` reads these two system properties).
+LOG_DIR_PROPERTY = "coordinator.log.dir"
+CONSOLE_LEVEL_PROPERTY = "coordinator.console.level"
+LOG4J_CONF = CONF_DIR / "log4j2.properties"
+
+
+def log_dir(settings: Settings) -> Path:
+    """Where the job's logs go: ``<warehouse>/logs``."""
+    return settings.job.paths.root / "logs"
+
+
+def jvm_log_options(settings: Settings, verbose: bool = False) -> dict[str, str]:
+    """The JVM system properties of the job's logging: Spark's lines to the log file, and to
+    the console too only when ``verbose``."""
+    return {
+        "log4j.configurationFile": f"file:{LOG4J_CONF}",
+        LOG_DIR_PROPERTY: str(log_dir(settings)),
+        CONSOLE_LEVEL_PROPERTY: "all" if verbose else "off",
+    }
+
+
+def spark_session(
+    settings: Settings,
+    master: str | None = None,
+    app_name: str = QUERY_NAME,
+    *,
+    verbose: bool = False,
+) -> Any:
+    """A SparkSession configured for the job (or the running one, reconfigured where allowed).
+
+    The JVM logs to ``<warehouse>/logs/spark.log`` (and to the console only when ``verbose``):
+    a JVM started here gets the options on its command line; one that was already running
+    (``spark-submit``, a test's session) is reconfigured to them."""
     prepare_environment()
     from pyspark.sql import SparkSession
 
+    log_dir(settings).mkdir(parents=True, exist_ok=True)
     builder = SparkSession.builder.appName(app_name)
     if master:
         builder = builder.master(master)
@@ -74,17 +107,36 @@ def spark_session(settings: Settings, master: str | None = None, app_name: str =
         builder = builder.master(f"local[{settings.job.shards}]")
     for key, value in settings.spark.items():
         builder = builder.config(key, value)
-    log4j = CONF_DIR / "log4j2.properties"
-    if log4j.exists() and "spark.driver.extraJavaOptions" not in settings.spark:
+    logging_options = jvm_log_options(settings, verbose)
+    if LOG4J_CONF.exists() and "spark.driver.extraJavaOptions" not in settings.spark:
         builder = builder.config(
-            "spark.driver.extraJavaOptions", f"-Dlog4j.configurationFile=file:{log4j}"
+            "spark.driver.extraJavaOptions",
+            " ".join(f"-D{key}={value}" for key, value in logging_options.items()),
         )
     builder = builder.config("spark.sql.shuffle.partitions", str(settings.job.shards))
     for key, value in state_store_confs(settings.job.state_store).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
+    if LOG4J_CONF.exists():
+        _reconfigure_jvm_logging(spark, logging_options)
     spark.sparkContext.setLogLevel("WARN")
     return spark
+
+
+def _reconfigure_jvm_logging(spark: Any, options: dict[str, str]) -> None:
+    """Point a running JVM's log4j at the job's configuration and log directory, unless it was
+    started with them."""
+    system = spark.sparkContext._jvm.java.lang.System
+    if all(system.getProperty(key) == value for key, value in options.items()):
+        return
+    try:
+        for key, value in options.items():
+            system.setProperty(key, value)
+        jvm = spark.sparkContext._jvm
+        uri = jvm.java.net.URI(options["log4j.configurationFile"])
+        jvm.org.apache.logging.log4j.core.config.Configurator.reconfigure(uri)
+    except Exception as error:  # an older log4j: Spark's own configuration stays
+        log.debug("could not reconfigure the JVM's logging: %s", error)
 
 
 # --- the query --------------------------------------------------------------------------------
@@ -252,8 +304,39 @@ class BatchFigures:
     write_ms: float = 0.0
 
 
-class BatchInterrupted(RuntimeError):
-    """A batch cut short by stopping the query; it was not committed and will be re-run."""
+class BatchAbandoned(RuntimeError):
+    """A batch the stopping query did not finish: not committed, re-run on the next start with
+    the same input (Spark's write-ahead ``offsets/N``), so nothing is lost or doubled.
+
+    Its message names the interruption the way Spark recognises an interrupted Python
+    ``foreachBatch`` (``StreamExecution.PROXY_ERROR``: a py4j error text that mentions
+    ``java.lang.InterruptedException``), so the query ends as stopped, not failed. It is kept
+    short on purpose: Spark matches that pattern with a backtracking regex, and a whole Java
+    stack trace in the text overflows the stream thread's stack."""
+
+    def __init__(self, batch_id: int, call: str) -> None:
+        super().__init__(
+            f"py4j.protocol.Py4JJavaError: An error occurred while calling {call}: "
+            f"java.lang.InterruptedException (batch {batch_id} abandoned by stop(); it is "
+            "re-run on the next start)"
+        )
+
+
+class _QuietAbandonedBatches(logging.Filter):
+    """py4j logs every exception a Python callback raises, with its traceback, at ERROR: not
+    the batch a stop abandoned on purpose."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        return not isinstance(error, BatchAbandoned)
+
+
+logging.getLogger("py4j.clientserver").addFilter(_QuietAbandonedBatches())
+logging.getLogger("py4j.java_gateway").addFilter(_QuietAbandonedBatches())
+
+#: While a stop is under way, the batch Spark starts next waits in a Java sleep of this many
+#: milliseconds (repeated) until stop() interrupts it.
+PARK_SLEEP_MS = 1000
 
 
 #: Test-only fault injection (tests/test_kill_recovery.py), off unless this variable is set:
@@ -311,20 +394,55 @@ class BatchSink:
         #: Prometheus metrics (``job.metrics``), fed after each batch's write; None when off.
         self.metrics: JobMetrics | None = None
         self.last_activity = time.monotonic()
-        self.stopping = False
+        #: Set by :meth:`request_stop`: the next batch parks instead of running.
+        self.stopping = threading.Event()
+        #: Set once a batch is parked: Spark's stream thread waits inside this sink, between
+        #: batches as far as the tables and the state store are concerned.
+        self.parked = threading.Event()
+        #: Whether a batch is being evaluated or written right now.
+        self.in_batch = False
         self._lock = threading.Lock()
 
+    def request_stop(self) -> None:
+        """From now on, a batch Spark starts is parked before it touches any state (see
+        :meth:`_park`); the batch in flight, if any, is finished and committed as usual."""
+        self.stopping.set()
+
     def __call__(self, df: Any, batch_id: int) -> None:
+        warehouse_batch = self.batch_id_base + batch_id
+        if self.stopping.is_set():
+            self._park(df, warehouse_batch)
+        self.in_batch = True
         try:
-            table = df.toArrow()
-        except Exception:
-            if self.stopping:
-                # Cut short by stop(): fail the batch (Spark re-runs it on the next start) with
-                # a short error; the whole py4j trace overflows a regex in Spark's error
-                # handling and prints a StackOverflowError.
-                raise BatchInterrupted(f"batch {batch_id} interrupted by stop()") from None
-            raise
-        self.write(table.to_pylist(), self.batch_id_base + batch_id)
+            try:
+                table = df.toArrow()
+            except Exception:
+                if self.stopping.is_set():
+                    # stop() could not wait for a gap and interrupted the batch mid-way.
+                    raise BatchAbandoned(warehouse_batch, "toArrow") from None
+                raise
+            self.write(table.to_pylist(), warehouse_batch)
+        finally:
+            self.in_batch = False
+
+    def _park(self, df: Any, batch_id: int) -> None:
+        """Wait, on Spark's own stream thread, until stop() interrupts it, then abandon the
+        batch. py4j runs this callback's calls into the JVM on the thread that called it (its
+        pinned-thread mode), so the sleep below is the stream thread's: ``query.stop()``
+        interrupts it there, as it would between triggers, and nothing has been evaluated or
+        written for the batch (the DataFrame was never collected)."""
+        from py4j.protocol import Py4JJavaError
+
+        jvm = df.sparkSession.sparkContext._jvm
+        self.parked.set()
+        try:
+            while True:
+                jvm.java.lang.Thread.sleep(PARK_SLEEP_MS)
+        except Py4JJavaError as error:
+            name = error.java_exception.getClass().getName()
+            if name != "java.lang.InterruptedException":
+                raise
+        raise BatchAbandoned(batch_id, "java.lang.Thread.sleep")
 
     def write(self, rows: list[dict[str, Any]], batch_id: int) -> BatchFigures:
         """Write one batch's operator rows as warehouse batch ``batch_id`` (base included)."""
@@ -500,6 +618,104 @@ def _write_json(path: Path, value: Any) -> None:
 
 # --- running it -------------------------------------------------------------------------------
 
+#: ``job.shutdown.timeout.ms``'s default: how long a stop may take, query and session.
+DEFAULT_SHUTDOWN_TIMEOUT_S = 30.0
+
+
+class _JvmSignalHandler:
+    """A ``sun.misc.SignalHandler`` implemented in Python (a py4j callback)."""
+
+    def __init__(self, on_signal: Callable[[str], None]) -> None:
+        self.on_signal = on_signal
+
+    def handle(self, sig: Any) -> None:
+        self.on_signal(f"SIG{sig.getName()}")
+
+    class Java:
+        implements: ClassVar[list[str]] = ["sun.misc.SignalHandler"]
+
+
+class StopSignals:
+    """SIGTERM and SIGINT ask the job to stop (:attr:`requested`); the main thread then stops
+    it between batches. A second signal while stopping is only logged: the stop is bounded by
+    ``job.shutdown.timeout.ms`` anyway.
+
+    The handlers are installed in this process and in the driver's JVM. Under
+    ``spark-submit`` the JVM is the parent an operator signals (this process is its child),
+    and under ``coordinator run`` a signal to the process group reaches the JVM too; left to
+    itself the JVM would run its shutdown hooks, which stop the SparkContext under a running
+    batch ("SparkEnv not active", a query terminated with an error)."""
+
+    NAMES = ("TERM", "INT")
+
+    def __init__(self) -> None:
+        self.requested = threading.Event()
+        #: The signal that asked first (``SIGTERM``, ``SIGINT``), or None.
+        self.received: str | None = None
+        self._python: dict[int, Any] = {}
+        self._jvm: Any = None
+        self._jvm_previous: dict[str, Any] = {}
+        self._jvm_handler: _JvmSignalHandler | None = None
+
+    def request(self, name: str) -> None:
+        if self.requested.is_set():
+            log.info("%s: already stopping", name)
+            return
+        self.received = name
+        log.info("%s: stopping the coordinator between batches", name)
+        self.requested.set()
+
+    def install(self) -> StopSignals:
+        """This process's handlers (only the main thread may install them). Again once the
+        SparkContext exists: pyspark installs its own SIGINT handler then (it cancels the
+        jobs and raises KeyboardInterrupt wherever the main thread is)."""
+        if threading.current_thread() is threading.main_thread():
+            for name in self.NAMES:
+                number = getattr(signal, f"SIG{name}")
+                previous = signal.signal(number, self._on_python_signal)
+                self._python.setdefault(number, previous)
+        return self
+
+    def _on_python_signal(self, number: int, frame: Any) -> None:
+        self.request(signal.Signals(number).name)
+
+    def install_jvm(self, spark: Any) -> None:
+        """The driver JVM's handlers, calling back into :meth:`request`."""
+        jvm = spark.sparkContext._jvm
+        self._jvm = jvm
+        self._jvm_handler = _JvmSignalHandler(self.request)
+        for name in self.NAMES:
+            try:
+                previous = jvm.sun.misc.Signal.handle(jvm.sun.misc.Signal(name), self._jvm_handler)
+            except Exception as error:  # a JVM without sun.misc, or a signal it keeps
+                log.debug("the JVM's SIG%s stays its own: %s", name, error)
+                continue
+            self._jvm_previous[name] = previous
+
+    def uninstall_jvm(self) -> None:
+        """The JVM's own handlers back, before the session (and the callback server) goes."""
+        jvm, self._jvm = self._jvm, None
+        if jvm is None:
+            return
+        for name, previous in self._jvm_previous.items():
+            with contextlib.suppress(Exception):
+                jvm.sun.misc.Signal.handle(jvm.sun.misc.Signal(name), previous)
+        self._jvm_previous = {}
+
+    def uninstall(self) -> None:
+        for number, previous in self._python.items():
+            signal.signal(number, previous)
+        self._python = {}
+
+
+def stop_session(spark: Any, timeout_s: float) -> bool:
+    """``spark.stop()``, waited for at most ``timeout_s`` (at least 1 s); whether it returned.
+    The JVM of ``coordinator run`` goes when this process exits (it reads its stdin to EOF)."""
+    stopper = threading.Thread(target=spark.stop, name="spark-stop", daemon=True)
+    stopper.start()
+    stopper.join(max(1.0, timeout_s))
+    return not stopper.is_alive()
+
 
 @dataclass
 class RunningJob:
@@ -513,44 +729,52 @@ class RunningJob:
     #: This job's claim on the warehouse, released by :meth:`stop`.
     owner: ownership.Ownership | None = None
 
-    def stop(self) -> None:
-        """Stop between batches where possible (stopping mid-foreachBatch logs a harmless
-        StackOverflowError from py4j's error text)."""
-        # When batches run back to back there may be no gap: then stop anyway.
-        deadline = time.monotonic() + 2
-        while self.query.isActive and self.query.status.get("isTriggerActive"):
-            if time.monotonic() > deadline:
+    def idle_for(self) -> float:
+        """Seconds since a request came in or anything went out."""
+        return time.monotonic() - self.sink.last_activity
+
+    def stop(self, timeout_s: float = DEFAULT_SHUTDOWN_TIMEOUT_S) -> bool:
+        """Stop the query between batches: the batch in flight is finished (written and
+        committed), the next one is parked in the sink before it touches any state, and the
+        query is stopped while its thread waits there (or idles between triggers), so the stop
+        interrupts no Spark work and leaves no error. A batch that outlasts most of
+        ``timeout_s`` is interrupted instead (abandoned: re-run on the next start). Returns
+        whether the query stopped within ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        self.sink.request_stop()
+        # Keep a quarter of the time (at least 1 s) for the stop itself.
+        gap_deadline = deadline - max(1.0, timeout_s / 4)
+        idle = 0
+        while self.query.isActive and not self.sink.parked.wait(0.05):
+            # Between triggers (seen twice in a row: batches that run back to back pass through
+            # that state for an instant), the stream thread waits for its clock: nothing to
+            # interrupt. That is the case when no group has a timer, so no batch comes.
+            if not self.sink.in_batch and not self.query.status.get("isTriggerActive"):
+                idle += 1
+                if idle == 2:
+                    break
+            else:
+                idle = 0
+            if time.monotonic() > gap_deadline:
+                log.warning("batch still running after %.0f s: interrupting it", timeout_s * 0.75)
                 break
-            time.sleep(0.01)
+        stopper = threading.Thread(target=self._stop_query, name="query-stop", daemon=True)
+        stopper.start()
+        stopper.join(max(0.0, deadline - time.monotonic()))
         with contextlib.suppress(Exception):  # best effort: the session may be gone
             self.query.sparkSession.streams.removeListener(self.listener)
-        # A batch cut short by the stop fails inside foreachBatch, and py4j prints its
-        # traceback; that batch was not committed and is re-run on the next start.
-        self.sink.stopping = True
-        py4j_log = logging.getLogger("py4j.clientserver")
-        level = py4j_log.level
-        py4j_log.setLevel(logging.CRITICAL)
+        return not stopper.is_alive()
+
+    def _stop_query(self) -> None:
         try:
             self.query.stop()
+        except Exception as error:  # the session went away under it: nothing left to stop
+            log.debug("query.stop(): %s", error)
         finally:
-            py4j_log.setLevel(level)
             if self.sink.metrics is not None:
                 self.sink.metrics.close()
             if self.owner is not None:
                 self.owner.release()
-
-    def wait_idle(self, idle_s: float, poll_s: float = 0.2, timeout_s: float | None = None) -> None:
-        """Block until nothing came in or went out for ``idle_s`` seconds (or the query died)."""
-        started = time.monotonic()
-        while self.query.isActive:
-            if time.monotonic() - self.sink.last_activity >= idle_s:
-                return
-            if timeout_s is not None and time.monotonic() - started > timeout_s:
-                return
-            time.sleep(poll_s)
-        exception = self.query.exception()
-        if exception is not None:
-            raise RuntimeError(f"the coordinator query failed: {exception}")
 
 
 #: Builds the streaming DataFrame of operator output rows (``coordinator_stream`` or a stand-in,
@@ -729,44 +953,66 @@ def run(
     master: str | None = None,
     on_start: Callable[[RunningJob], None] | None = None,
     rebuild_from_log: bool = False,
+    verbose: bool = False,
 ) -> int:
-    """Run the job until stopped (or idle for ``job.stop_when_idle_s``). Returns an exit code.
-    ``rebuild_from_log``: rebuild the checkpoint from the log first (see :func:`start`)."""
+    """Run the job until SIGTERM or SIGINT (or until idle for ``job.stop_when_idle_s``), then
+    stop it within ``job.shutdown.timeout.ms`` (:meth:`RunningJob.stop`, then the session).
+    Returns the exit code: 0 after a clean stop, 1 when the warehouse is owned by another job,
+    was taken over, the query failed or the stop overran.
+    ``rebuild_from_log``: rebuild the checkpoint from the log first (see :func:`start`);
+    ``verbose``: Spark's log lines on the console too (:func:`spark_session`)."""
     try:
         owner = take_ownership(settings)
     except ownership.WarehouseOwned as refused:
         log.error("refusing to start: %s", refused)
         return 1
-    spark = spark_session(settings, master)
-    running = start(spark, settings, rebuild_from_log=rebuild_from_log, owner=owner)
-    # stdout, as the gateway's "listening" line: what a supervisor may wait for.
-    running.listener.when_ready(lambda line: print(line, flush=True))
-    if on_start is not None:
-        on_start(running)
+    timeout_s = settings.job.shutdown_timeout_ms / 1000
+    signals = StopSignals().install()  # a signal during start-up stops the job once started
     try:
-        if settings.job.stop_when_idle_s > 0:
-            running.wait_idle(settings.job.stop_when_idle_s)
-        else:
-            running.query.awaitTermination()
-    except KeyboardInterrupt:
-        log.info("interrupted: stopping")
+        spark = spark_session(settings, master, verbose=verbose)
+    except BaseException:
+        owner.release()
+        signals.uninstall()
+        raise
+    signals.install()
+    signals.install_jvm(spark)
+    running: RunningJob | None = None
+    stopped, exception = False, None
+    try:
+        running = start(spark, settings, rebuild_from_log=rebuild_from_log, owner=owner)
+        # stdout, as the gateway's "listening" line: what a supervisor may wait for.
+        running.listener.when_ready(lambda line: print(line, flush=True))
+        if on_start is not None:
+            on_start(running)
+        idle_s = settings.job.stop_when_idle_s
+        while running.query.isActive and not signals.requested.wait(0.2):
+            if idle_s > 0 and running.idle_for() >= idle_s:
+                log.info("nothing in or out for %g s: stopping", idle_s)
+                break
     except Exception:
         if owner.superseded() is None:  # a failure of its own, not a takeover
-            owner.release()
             raise
     finally:
-        if running.query.isActive:
-            running.stop()
-    exception = running.query.exception()
-    if running.sink.metrics is not None:
-        running.sink.metrics.close()
-    spark.stop()
-    lost = owner.superseded()
-    owner.release()
+        # Also on the way out of an exception: never stop the session under a running batch.
+        stopping_since = time.monotonic()
+        if running is not None:
+            stopped = running.stop(timeout_s)
+            if stopped:
+                exception = running.query.exception()
+        signals.uninstall_jvm()
+        left_s = timeout_s - (time.monotonic() - stopping_since)
+        session_stopped = stop_session(spark, left_s)
+        signals.uninstall()
+        lost = owner.superseded()
+        owner.release()
     if lost is not None:
         log.error("%s; stopped", lost)
+        return 1
+    if not stopped or not session_stopped:
+        log.error("the coordinator did not stop within %g s (job.shutdown.timeout.ms)", timeout_s)
         return 1
     if exception is not None:
         log.error("the coordinator query failed: %s", exception)
         return 1
+    log.info("coordinator stopped")
     return 0

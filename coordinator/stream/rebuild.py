@@ -63,6 +63,7 @@ from coordinator.log.cleaner import loaded
 from coordinator.log.partitioning import partition_for
 from coordinator.stream import schema
 from coordinator.stream import source as inbox_source
+from coordinator.stream.delta_read import read_table
 from coordinator.stream.operator import load_line
 from coordinator.stream.ownership import Ownership, epoch_commit_metadata
 from coordinator.stream.settings import (
@@ -259,7 +260,7 @@ def read_log(tables_dir: Path) -> pa.Table:
     wanted = pa.schema([log_schema.field(name) for name in _LOG_COLUMNS])
     if not DeltaTable.is_deltatable(str(path)):
         return wanted.empty_table()
-    rows = DeltaTable(str(path)).to_pyarrow_table(columns=_LOG_COLUMNS)
+    rows = read_table(path, columns=_LOG_COLUMNS)
     rows = rows.select(_LOG_COLUMNS).cast(wanted)
     return rows.sort_by([("offsets_partition", "ascending"), ("offset", "ascending")])
 
@@ -484,7 +485,7 @@ def _max_batch_id(table: DeltaTable) -> int:
     if column in actions.column_names and actions.column(column).null_count == 0:
         value = pc.max(actions.column(column)).as_py()
     else:
-        value = pc.max(table.to_pyarrow_table(columns=["batch_id"]).column("batch_id")).as_py()
+        value = pc.max(read_table(table, columns=["batch_id"]).column("batch_id")).as_py()
     return -1 if value is None else int(value)
 
 
@@ -492,7 +493,7 @@ def _state_group_ids(tables_dir: Path) -> set[str]:
     path = Path(tables_dir) / schema.GROUP_STATE
     if not DeltaTable.is_deltatable(str(path)):
         return set()
-    column = DeltaTable(str(path)).to_pyarrow_table(columns=["group_id"]).column("group_id")
+    column = read_table(path, columns=["group_id"]).column("group_id")
     return {str(g) for g in column.to_pylist()}
 
 

@@ -84,12 +84,15 @@ class JobSettings:
     #: waits in ``<inbox>/_sequenced/``): ``archive`` (to ``<warehouse>/archive``), ``delete``
     #: or ``off`` (left in ``_sequenced/``).
     clean_source: str = "archive"
-    #: Stop after this many seconds with no request in and nothing out (0 = run until killed).
+    #: Stop after this many seconds with no request in and nothing out (0 = run until stopped).
     stop_when_idle_s: float = 0.0
     #: How long the warehouse stays owned by a job that stopped heartbeating before another
     #: may take it over (:mod:`coordinator.stream.ownership`); one that stopped cleanly, or
     #: died on this machine, is taken over at once.
     owner_lease_timeout_ms: int = 20_000
+    #: How long a stop (SIGTERM, SIGINT, idle) may take: the batch in flight, the query and the
+    #: Spark session; the job exits 1 when it overruns.
+    shutdown_timeout_ms: int = 30_000
     #: FindCoordinator's answer: where members reach this coordinator (its gateway).
     node_id: int = 0
     node_host: str = "localhost"
@@ -131,6 +134,7 @@ class JobSettings:
             "max_files_per_trigger",
             "max_request_bytes",
             "owner_lease_timeout_ms",
+            "shutdown_timeout_ms",
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"job.{name.replace('_', '.')} must be >= 1")

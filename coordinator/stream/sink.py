@@ -73,6 +73,7 @@ from coordinator.engine import list_groups_response
 from coordinator.log.records import RECORD_FIELDS
 from coordinator.requests import Request
 from coordinator.stream import schema
+from coordinator.stream.delta_read import read_table
 from coordinator.stream.ownership import EPOCH_PROPERTY, Ownership, OwnershipLost
 from coordinator.stream.retention import DEFAULT_RETENTION, Retainer, Retention
 from coordinator.stream.schema import (
@@ -376,7 +377,7 @@ class DeltaSink:
     def _group_rows(self) -> list[tuple[str, str | None, str]]:
         """(group id, protocol type, state) of every live group, by group id."""
         names = ["group_id", "protocol_type", "state"]
-        table = self._tables[GROUP_STATE].to_pyarrow_table(columns=names).sort_by("group_id")
+        table = read_table(self._tables[GROUP_STATE], columns=names).sort_by("group_id")
         return list(zip(*(table.column(name).to_pylist() for name in names), strict=True))
 
     # --- plumbing -------------------------------------------------------------------------------
@@ -544,7 +545,7 @@ def _log_end(table: DeltaTable) -> dict[int, int]:
         ends = actions.group_by(partition).aggregate([(maximum, "max")])
         keys, maxima = ends.column(partition), ends.column(f"{maximum}_max")
     else:
-        data = table.to_pyarrow_table(columns=["offsets_partition", "offset"])
+        data = read_table(table, columns=["offsets_partition", "offset"])
         ends = data.group_by("offsets_partition").aggregate([("offset", "max")])
         keys, maxima = ends.column("offsets_partition"), ends.column("offset_max")
     return {
