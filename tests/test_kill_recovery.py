@@ -45,7 +45,6 @@ again, forever (fixed in ``coordinator/client/member.py``).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import random
@@ -64,7 +63,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from coordinator.bench.soak import processes
+from coordinator.bench.soak import kill_session, session_processes
 from coordinator.client.assignors import TopicPartition
 from coordinator.client.member import GroupMember, MemberConfig, MemberState
 from coordinator.client.transport import SystemClock
@@ -114,15 +113,6 @@ MEMBERS_PER_GROUP = 3
 
 
 # --- the job as a process ---------------------------------------------------------------------
-
-
-def session_processes(session: int) -> dict[int, str]:
-    """Live (not zombie) processes of ``session``: pid -> command line."""
-    return {
-        pid: p.cmdline
-        for pid, p in processes().items()
-        if p.session == session and p.state not in ("Z", "X")
-    }
 
 
 def kind_of(cmdline: str) -> str:
@@ -230,20 +220,7 @@ class JobProcess:
 
     def _sweep(self) -> None:
         assert self.proc is not None
-        session = self.proc.pid
-        deadline = time.monotonic() + 30
-        while True:
-            left = session_processes(session)
-            if not left:
-                break
-            if time.monotonic() > deadline:
-                raise AssertionError(f"processes of the killed job survive: {left}")
-            for pid in left:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-            time.sleep(0.05)
-        if self.proc.poll() is None:
-            self.proc.wait(timeout=30)
+        kill_session(self.proc)
         self.proc = None
 
 

@@ -239,6 +239,29 @@ def session_processes(session: int) -> dict[int, str]:
     }
 
 
+def kill_session(proc: subprocess.Popen[Any], grace_s: float = 0.0) -> None:
+    """End the session that ``proc`` leads (``start_new_session``): wait up to ``grace_s`` for
+    it to exit by itself, then SIGKILL every process left in it until none is, and reap
+    ``proc``. Raises if processes survive 30 s of that."""
+    session = proc.pid
+    deadline = time.monotonic() + grace_s
+    while session_processes(session) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    deadline = time.monotonic() + 30
+    while True:
+        left = session_processes(session)
+        if not left:
+            break
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"processes of the session survive a kill: {left}")
+        for pid in left:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.05)
+    if proc.poll() is None:
+        proc.wait(timeout=30)
+
+
 def _rss_mb(pid: int) -> float:
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -501,23 +524,7 @@ class JobProcess:
     def _sweep(self, grace_s: float) -> None:
         """SIGKILL whatever of the session is left (after ``grace_s``), and reap the driver."""
         assert self.proc is not None
-        session = self.proc.pid
-        deadline = time.monotonic() + grace_s
-        while session_processes(session) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        deadline = time.monotonic() + 30
-        while True:
-            left = session_processes(session)
-            if not left:
-                break
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"processes of the job survive a kill: {left}")
-            for pid in left:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-            time.sleep(0.05)
-        if self.proc.poll() is None:
-            self.proc.wait(timeout=30)
+        kill_session(self.proc, grace_s)
         self.proc = None
         self.ready = False
 
