@@ -30,9 +30,9 @@ carries its own epoch. delta-rs commits optimistically (put-if-absent of the nex
 ("Metadata changed since last commit"): appends, the ``group_state`` MERGE, empty marker
 commits, compaction and schema changes alike (deltalake 1.6; ``tests/test_ownership.py``
 checks each). So a writer that read its snapshot before the fence cannot commit after it, and
-one that reads after the fence sees the newer epoch and stops. Every commit also records its
-epoch in the commit info (``custom_metadata``), so each table's history tells which owner wrote
-what.
+one that reads after the fence sees the newer epoch and stops. Every commit of a batch's rows,
+and every fence, also records its epoch in the commit info (``custom_metadata``), so each
+table's history tells which owner wrote each batch (housekeeping commits carry none).
 
 Assumptions. The lease needs host clocks within a small fraction of the lease timeout (NTP):
 a skewed clock can only make a process take over from a live owner (which is then fenced and
