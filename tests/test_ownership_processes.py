@@ -175,6 +175,15 @@ def test_a_second_gateway_on_an_owned_log_warehouse_is_refused(tmp_path: Path, p
     ):
         assert part in refusal, refusal
     assert commit(first_port, "g", 6) == 0  # the owner is untouched
+    status = subprocess.run(
+        [sys.executable, "-m", "coordinator", "status", "--warehouse", str(warehouse)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert f"owner: coordinator gateway (pid {first.pid} on" in status.stdout, status
+    assert "lease runs" in status.stdout, status
 
     # Stopped cleanly, it releases the warehouse: the next gateway starts at once.
     first.signal(signal.SIGINT)

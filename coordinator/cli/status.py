@@ -33,6 +33,7 @@ def collect(warehouse: str | Path, checkpoint: str | Path | None = None) -> dict
     from deltalake import DeltaTable
     from deltalake.exceptions import TableNotFoundError
 
+    from coordinator.stream import ownership
     from coordinator.stream.schema import TABLES, Warehouse
     from coordinator.stream.settings import IDENTITY_FILE, read_identity
     from coordinator.stream.sink import last_complete_batch
@@ -72,6 +73,18 @@ def collect(warehouse: str | Path, checkpoint: str | Path | None = None) -> dict
             "state_store": identity.state_store,
         }
         out["last_complete_batch"] = last_complete_batch(paths.tables, identity.app_id)
+    verdict = ownership.current_verdict(paths.root)
+    if verdict.owner is not None:
+        out["owner"] = {
+            "describe": verdict.owner.describe(),
+            "epoch": verdict.owner.epoch,
+            "pid": verdict.owner.pid,
+            "host": verdict.owner.host,
+            "owned": not verdict.free,
+            # Why another process could take over now (None while the owner's lease runs).
+            "free_because": verdict.reason if verdict.free else None,
+            "lease_expires_at_ms": verdict.expires_at_ms,
+        }
     return out
 
 
@@ -81,6 +94,12 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(status, indent=2))
         return 0
     print(f"warehouse: {status['warehouse']}")
+    owner = status.get("owner")
+    if owner is not None and owner["owned"]:
+        left = (owner["lease_expires_at_ms"] - time.time() * 1000) / 1000
+        print(f"owner: {owner['describe']}, lease runs (expires in {left:.1f} s unless renewed)")
+    elif owner is not None:
+        print(f"owner: none live ({owner['free_because']})")
     checkpoint = status.get("checkpoint")
     if checkpoint is None:
         print("no checkpoint: the job has not run here")
