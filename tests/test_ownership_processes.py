@@ -220,7 +220,7 @@ def test_a_paused_gateway_taken_over_writes_nothing_more_and_stops(tmp_path: Pat
     is nowhere in the log."""
     warehouse = tmp_path / "wh"
     old_port = free_port()
-    old = gateway(tmp_path, "old", warehouse, old_port, lease_ms=15_000)
+    old = gateway(tmp_path, "old", warehouse, old_port, lease_ms=30_000)
     processes.append(old)
     serving(old, warehouse, old_port)
     assert commit(old_port, "before", 1) == 0
