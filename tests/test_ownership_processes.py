@@ -212,6 +212,7 @@ def test_a_gateway_killed_on_this_machine_is_taken_over_at_once(tmp_path: Path, 
     assert answer["topics"][0]["partitions"][0]["committed_offset"] == 5
 
 
+@pytest.mark.slow  # waits out a 30 s lease
 def test_a_paused_gateway_taken_over_writes_nothing_more_and_stops(tmp_path: Path, processes: Any):
     """SIGSTOP the owner; a new gateway is refused while the paused one's lease runs, takes
     over once it expired, and commits. A commit sent to the paused one is handled when it
