@@ -21,6 +21,19 @@ TEST_COORDINATOR_SETTINGS = {
 }
 
 
+def simple_commit(rid: str, group: str, offset: int) -> dict[str, Any]:
+    """A simple group's commit (generation -1, no member) of partition 0 of topic ``t``: the
+    last one applied wins."""
+    return {
+        "api": "offset_commit",
+        "request_id": rid,
+        "group_id": group,
+        "member_id": "",
+        "generation_id": -1,
+        "offsets": [{"topic": "t", "partition": 0, "offset": offset, "metadata": ""}],
+    }
+
+
 def job_settings(warehouse: Path, **overrides: Any) -> Settings:
     coordinator = dict(TEST_COORDINATOR_SETTINGS)
     coordinator.update(overrides.pop("coordinator", {}))

@@ -13,7 +13,7 @@ import pytest
 
 from coordinator.stream import job
 from coordinator.stream.source import parse_sequenced
-from tests.stream_support import RunningCoordinator
+from tests.stream_support import RunningCoordinator, simple_commit
 
 pytestmark = pytest.mark.slow
 
@@ -24,18 +24,6 @@ def drop(inbox: Path, name: str, requests: list[dict[str, Any]]) -> None:
     tmp = inbox / f".{name}.tmp"
     tmp.write_text("".join(json.dumps(r) + "\n" for r in requests))
     os.rename(tmp, inbox / name)
-
-
-def commit(rid: str, group: str, offset: int) -> dict[str, Any]:
-    """A simple group's commit (generation -1): the last one applied wins."""
-    return {
-        "api": "offset_commit",
-        "request_id": rid,
-        "group_id": group,
-        "member_id": "",
-        "generation_id": -1,
-        "offsets": [{"topic": "t", "partition": 0, "offset": offset, "metadata": ""}],
-    }
 
 
 def fetch(rid: str, group: str) -> dict[str, Any]:
@@ -105,12 +93,12 @@ def test_a_file_renamed_in_late_with_a_smaller_name_is_answered(spark, tmp_path)
     c = RunningCoordinator(spark, tmp_path / "warehouse").start()
     try:
         inbox = c.settings.job.paths.inbox
-        drop(inbox, late, [commit("b", "ledger", 2)])
+        drop(inbox, late, [simple_commit("b", "ledger", 2)])
         assert c.client.wait(["b"], timeout_s=60)["b"]["partitions"][0]["error"] is None
         assert c.request(fetch("f1", "ledger"))["partitions"][0]["offset"] == 2
         # Renamed in after that file was read, with a name that sorts before it (a client
         # whose clock is behind, a hand-dropped file): read all the same, and applied after.
-        drop(inbox, slow, [commit("a", "ledger", 1)])
+        drop(inbox, slow, [simple_commit("a", "ledger", 1)])
         assert c.client.wait(["a"], timeout_s=60)["a"]["partitions"][0]["error"] is None
         assert c.request(fetch("f2", "ledger"))["partitions"][0]["offset"] == 1
         archive = c.settings.job.paths.archive
@@ -153,7 +141,9 @@ def test_a_rerun_batch_reads_the_same_rows_even_after_its_files_moved(spark, tmp
     inbox = c.settings.job.paths.inbox
     # Three files in one batch, their commits to one simple group: the order decides the winner.
     for name, offset in (("b.jsonl", 2), ("c.jsonl", 3), ("a.jsonl", 1)):
-        drop(inbox, name, [commit(f"{name}-{i}", "audit", offset * 10 + i) for i in range(3)])
+        drop(
+            inbox, name, [simple_commit(f"{name}-{i}", "audit", offset * 10 + i) for i in range(3)]
+        )
     c.start()
     try:
         c.wait_for(lambda: not c.running.query.isActive, what="the query to fail")  # type: ignore[union-attr]
@@ -167,7 +157,7 @@ def test_a_rerun_batch_reads_the_same_rows_even_after_its_files_moved(spark, tmp
         paths.archive.mkdir(parents=True, exist_ok=True)
         for name in moved:
             shutil.move(str(sequenced / name), str(paths.archive / name))
-        drop(inbox, "0.jsonl", [commit("late", "audit", 99)])
+        drop(inbox, "0.jsonl", [simple_commit("late", "audit", 99)])
         c.after_write = None
         c.start()
         answers = c.client.wait(["late"], timeout_s=120)

@@ -24,6 +24,7 @@ from coordinator.gateway import codec
 from coordinator.stream import ownership, schema
 from coordinator.stream.ownership import EPOCH_PROPERTY
 from tests.gateway_support import REQUESTS, call, read_frame, until
+from tests.stream_support import simple_commit
 from tests.test_gateway_backends import commit
 
 REPO = Path(__file__).resolve().parents[1]
@@ -296,17 +297,6 @@ def job(tmp: Path, name: str, warehouse: Path, lease_ms: int = 20_000) -> Proces
         "--set",
         "group.initial.rebalance.delay.ms=0",
     )
-
-
-def simple_commit(rid: str, group: str, offset: int) -> dict[str, Any]:
-    return {
-        "api": "offset_commit",
-        "request_id": rid,
-        "group_id": group,
-        "member_id": "",
-        "generation_id": -1,
-        "offsets": [{"topic": "t", "partition": 0, "offset": offset, "metadata": ""}],
-    }
 
 
 def answered(process: Process, warehouse: Path, request: dict[str, Any]) -> dict[str, Any]:
