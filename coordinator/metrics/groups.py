@@ -34,7 +34,6 @@ not completed, as in Kafka.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -45,8 +44,7 @@ from coordinator.engine import GroupCoordinator
 from coordinator.group.model import ClassicGroup
 from coordinator.group.states import GroupState
 from coordinator.log.records import OFFSET_COMMIT
-
-log = logging.getLogger(__name__)
+from coordinator.metrics.server import never_raises
 
 STATES = tuple(state.value for state in GroupState)
 STABLE = GroupState.STABLE.value
@@ -213,6 +211,7 @@ class GroupMetrics:
         """:meth:`reset` to every group ``engine`` holds (after a load from the log)."""
         self.reset(GroupView.of(g, engine.group(g)) for g in engine.group_ids())
 
+    @never_raises("an engine call")
     def observe_engine(
         self,
         engine: GroupCoordinator,
@@ -220,13 +219,9 @@ class GroupMetrics:
         records: Iterable[Mapping[str, Any]],
         responses: Iterable[Mapping[str, Any]],
     ) -> None:
-        """:meth:`observe` one engine call: ``touched`` is what ``drain_touched`` gave. A failure
-        is logged, never raised: metrics must not fail a request."""
-        try:
-            views = [GroupView.of(g, engine.group(g)) for g in sorted(touched)]
-            self.observe(views, records, responses)
-        except Exception:
-            log.exception("metrics: an engine call not recorded")
+        """:meth:`observe` one engine call: ``touched`` is what ``drain_touched`` gave."""
+        views = [GroupView.of(g, engine.group(g)) for g in sorted(touched)]
+        self.observe(views, records, responses)
 
     # --- bookkeeping --------------------------------------------------------------------------
 

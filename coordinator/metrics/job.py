@@ -57,7 +57,13 @@ from urllib.parse import unquote, urlparse
 from prometheus_client import Counter, Gauge, Histogram
 
 from coordinator.metrics.groups import GroupMetrics, GroupView
-from coordinator.metrics.server import MetricsServer, Readiness, new_registry, parse_address
+from coordinator.metrics.server import (
+    MetricsServer,
+    Readiness,
+    never_raises,
+    new_registry,
+    parse_address,
+)
 from coordinator.stream.delta_read import read_table
 from coordinator.stream.schema import GROUP_STATE, Warehouse
 from coordinator.stream.source import SEQUENCED, parse_sequenced, visible
@@ -342,6 +348,7 @@ class JobMetrics:
 
     # --- hooks ----------------------------------------------------------------------------------
 
+    @never_raises("batch figures")
     def batch_written(
         self,
         records: list[dict[str, Any]],
@@ -352,25 +359,7 @@ class JobMetrics:
         table_ms: Mapping[str, float],
         replayed: bool,
     ) -> None:
-        """One batch's tables are written (the sink's thread, before Spark commits it). A
-        failure here is logged, never raised: metrics must not fail a batch."""
-        try:
-            self._batch_written(
-                records, responses, groups, rejected, list_groups, table_ms, replayed
-            )
-        except Exception:
-            log.exception("metrics: batch figures not recorded")
-
-    def _batch_written(
-        self,
-        records: list[dict[str, Any]],
-        responses: list[dict[str, Any]],
-        groups: list[dict[str, Any]],
-        rejected: list[dict[str, Any]],
-        list_groups: list[Any],
-        table_ms: Mapping[str, float],
-        replayed: bool,
-    ) -> None:
+        """One batch's tables are written (the sink's thread, before Spark commits it)."""
         written_at = time.time()
         answered = [r.get("request_id") for r in responses]
         answered.extend(request.request_id for request in list_groups)
@@ -390,14 +379,9 @@ class JobMetrics:
             self.replayed.inc()
         self.groups.observe((GroupView.from_summary(g) for g in groups), records, responses)
 
+    @never_raises("batch progress")
     def batch_completed(self, progress: Any, batch_id: int, timers_fired: int) -> None:
         """Spark's progress of one completed batch (the listener's thread)."""
-        try:
-            self._batch_completed(progress, batch_id, timers_fired)
-        except Exception:
-            log.exception("metrics: batch progress not recorded")
-
-    def _batch_completed(self, progress: Any, batch_id: int, timers_fired: int) -> None:
         self.batches.inc()
         self.last_batch.set(batch_id)
         self.batch_duration.observe(progress.batchDuration / 1000)

@@ -8,6 +8,7 @@ on: collectors read values the process's own threads set.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from collections.abc import Callable
@@ -20,6 +21,23 @@ from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 
 log = logging.getLogger(__name__)
+
+
+def never_raises(what: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """A recording hook that logs its failure ("metrics: ``what`` not recorded") instead of
+    raising it: metrics must never fail the batch or the request they describe."""
+
+    def decorate(hook: Callable[..., None]) -> Callable[..., None]:
+        @functools.wraps(hook)
+        def guarded(*args: Any, **kwargs: Any) -> None:
+            try:
+                hook(*args, **kwargs)
+            except Exception:
+                log.exception("metrics: %s not recorded", what)
+
+        return guarded
+
+    return decorate
 
 
 def new_registry() -> CollectorRegistry:
