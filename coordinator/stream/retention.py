@@ -44,7 +44,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -53,6 +52,7 @@ from deltalake import DeltaTable, write_deltalake
 
 from coordinator.log.cleaner import DEFAULT_DELETE_RETENTION_MS, CleanerPolicy, plan_partition
 from coordinator.stream import schema
+from coordinator.stream.delta_read import local_path
 from coordinator.stream.schema import (
     CONSUMER_OFFSETS,
     GROUP_HISTORY,
@@ -360,19 +360,12 @@ def _data_files(
         name = f"min.{column}"
         if name in actions.column_names:
             actions = actions.filter(pc.fill_null(pc.less(actions.column(name), before), True))
-    root = table.table_uri
-    root = unquote(urlparse(root).path) if root.startswith("file:") else root
+    root = Path(local_path(table.table_uri))
     partitions = [n for n in actions.column_names if n.startswith("partition.")]
     values = [actions.column(n).to_pylist() for n in partitions]
     out = []
     for index, path in enumerate(actions.column("path").to_pylist()):
-        parsed = urlparse(path)
-        if parsed.scheme == "file":
-            local = unquote(parsed.path)
-        elif parsed.scheme:
-            raise ValueError(f"a data file outside the local file system: {path}")
-        else:
-            local = str(Path(root) / unquote(path))
+        local = str(root / local_path(path))  # an absolute path stays as it is
         out.append(
             (
                 local,
