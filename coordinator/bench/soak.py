@@ -15,12 +15,16 @@ benchmark only measures directories and tables, whatever writes them.
 
 **The load**: live :class:`~coordinator.client.member.GroupMember`\\ s over
 :class:`~coordinator.stream.transport.StreamTransport` (G groups of M members, range assignor)
-heartbeat and commit all along; their requests of one loop go into one inbox file, and the loop
-turns ``files_per_s`` times a second. Every ``crash_every_s`` one member, picked at random, dies
-as a ``kill -9`` does (its link is cut: no LeaveGroup) and a new member joins its group in its
-place. The defaults (60 groups x 5 members, a heartbeat and a commit per member per second, 60
-loops a second) offer about 600 requests a second in about 60 files a second: over 60 minutes,
-more than 2,000,000 requests and 200,000 request files.
+heartbeat and commit all along (a commit every ``commit_every_s`` from the last one sent, as
+Kafka's auto-commit). The loop turns ``loops_per_s`` times a second and writes the requests its
+members queued into inbox files of at most ``requests_per_file`` requests (the gateway writes one
+file per 10 ms of requests while busy): the members' requests bunch up behind each micro-batch
+of answers, so one file per loop would be a few files a second. Every ``crash_every_s`` one
+member, picked at random, dies as a ``kill -9`` does (its link is cut: no LeaveGroup) and a new
+member joins its group in its place. The defaults (70 groups x 5 members, a heartbeat and a
+commit per member per second, files of at most 10 requests) offer about 700 requests a second
+in about 70 files a second: over 60 minutes, more than 2,000,000 requests and 200,000 request
+files, with room for the restarts' outages.
 
 **One row per sample** (every 5 minutes by default), each over the interval since the previous
 one: RSS of the job's driver (Python), its JVM and its Python workers (``pyspark.daemon``,
@@ -115,14 +119,14 @@ TOPIC = "soak"
 TRACE_ENV = "COORDINATOR_SOAK_TRACE"
 TRACE_EVERY_ENV = "COORDINATOR_SOAK_TRACE_EVERY"
 #: The job's per-batch log line (``coordinator.stream.job``'s progress listener).
-BATCH_LINE = re.compile(r"batch (\d+): (\d+) requests in, .*?, (\d+) ms")
+BATCH_LINE = re.compile(r"batch (\d+): (\d+) files in, .*?, (\d+) ms")
 READY_LINE = "coordinator started on"
 
 
 @dataclass(frozen=True)
 class SoakOptions:
     minutes: float = 60.0
-    groups: int = 60
+    groups: int = 70
     members: int = 5
     partitions: int = 6
     heartbeat_ms: int = 1_000
@@ -130,8 +134,10 @@ class SoakOptions:
     commit_every_s: float = 1.0
     #: One member crashes (and is replaced) this often; 0: never.
     crash_every_s: float = 20.0
-    #: Load loops per second; each writes at most one inbox file (the requests of the loop).
-    files_per_s: float = 60.0
+    #: Load loops per second (each ticks every member and writes what they queued).
+    loops_per_s: float = 60.0
+    #: At most this many requests in one inbox file.
+    requests_per_file: int = 10
     sample_every_s: float = 300.0
     #: Samples before this are shown but not judged (warm-up, retention not yet reached).
     settle_minutes: float = 15.0
@@ -151,8 +157,10 @@ class SoakOptions:
     seed: int = 11
 
     def __post_init__(self) -> None:
-        if self.minutes <= 0 or self.sample_every_s <= 0 or self.files_per_s <= 0:
-            raise ValueError("--minutes, --sample-every and --files-per-s must be > 0")
+        if self.minutes <= 0 or self.sample_every_s <= 0 or self.loops_per_s <= 0:
+            raise ValueError("--minutes, --sample-every and --loops-per-s must be > 0")
+        if self.requests_per_file < 1:
+            raise ValueError("--requests-per-file must be >= 1")
         if self.groups < 1 or self.members < 1 or self.partitions < 1:
             raise ValueError("--groups, --members and partitions must be >= 1")
         if self.session_ms < 3 * self.heartbeat_ms:
@@ -165,14 +173,14 @@ class SoakOptions:
     def quick(cls, **changes: Any) -> SoakOptions:
         """A tiny run that checks the machinery (a clean restart and a kill -9), not a verdict."""
         base: dict[str, Any] = {
-            "minutes": 1.5,
+            "minutes": 1.0,
             "groups": 2,
             "members": 2,
             "heartbeat_ms": 1_000,
             "session_ms": 10_000,
             "commit_every_s": 1.0,
             "crash_every_s": 20.0,
-            "files_per_s": 10.0,
+            "loops_per_s": 10.0,
             "sample_every_s": 10.0,
             "settle_minutes": 0.0,
             "restarts": ((0.3, STOP), (0.6, KILL)),
@@ -533,13 +541,20 @@ class JobProcess:
 
 
 class CountingClient(StreamClient):
-    """A :class:`StreamClient` that counts the request files it wrote."""
+    """A :class:`StreamClient` that writes at most ``per_file`` requests in one inbox file and
+    counts the files it wrote."""
 
-    files = 0
+    def __init__(self, warehouse: str | Path, per_file: int) -> None:
+        super().__init__(warehouse)
+        self.per_file = per_file
+        self.files = 0
 
     def submit(self, requests: Any) -> list[Any]:
-        ids = super().submit(requests)
-        self.files += 1
+        queued = list(requests)
+        ids: list[Any] = []
+        for start in range(0, len(queued), self.per_file):
+            ids.extend(super().submit(queued[start : start + self.per_file]))
+            self.files += 1
         return ids
 
 
@@ -585,7 +600,7 @@ class Soak:
         self.options = options
         self.rng = random.Random(options.seed)
         self.clock = SystemClock()
-        self.client = CountingClient(paths.root)
+        self.client = CountingClient(paths.root, options.requests_per_file)
         self.transport = StreamTransport(self.client, self.clock)
         self.live: list[_Live] = []
         self.names: Counter[str] = Counter()
@@ -658,10 +673,11 @@ class Soak:
             self.offsets[(live.group, tp.partition)] += 1
             offsets[tp] = self.offsets[(live.group, tp.partition)]
         live.committing = True
+        # The next one is due an interval after this one was sent (Kafka's auto-commit timer).
+        live.next_commit = time.monotonic() + self.options.commit_every_s
 
         def done(committed: Any, error: Exception | None) -> None:
             live.committing = False
-            live.next_commit = time.monotonic() + self.options.commit_every_s
 
         live.member.commit(offsets, done)
 
@@ -737,7 +753,7 @@ def _drive(
     started = time.monotonic()
     duration = 60.0 * options.minutes
     end = started + duration
-    tick = 1.0 / options.files_per_s
+    tick = 1.0 / options.loops_per_s
     next_sample = started + options.sample_every_s
     next_log = started + 1.0
     next_crash = started + options.crash_every_s if options.crash_every_s > 0 else float("inf")
@@ -1110,7 +1126,7 @@ def format_heading(options: dict[str, Any]) -> str:
             f"soak: {o['groups']} groups x {o['members']} members ({o['partitions']} partitions "
             f"each), heartbeat {o['heartbeat_ms']} ms, session {o['session_ms']} ms, commit every "
             f"{o['commit_every_s']:g} s, a member crash every {o['crash_every_s']:g} s, "
-            f"{o['files_per_s']:g} loops/s, {o['minutes']:g} minutes, restarts: {restarts}; "
+            f"{o['loops_per_s']:g} loops/s, files of at most {o['requests_per_file']} requests, {o['minutes']:g} minutes, restarts: {restarts}; "
             f"judged from minute {o['settle_minutes']:g}",
             "  memory in MB: RSS of the job's driver, JVM and Python workers; heap = JVM heap "
             "in use (after a full GC)",

@@ -77,8 +77,8 @@ def add_parser(subparsers: Any) -> None:
         "-9ed) under live members with crashes; memory, files on disk, batch time and latency "
         "every 5 minutes, and whether they stay flat (not part of CI)",
     )
-    soak.add_argument("--minutes", type=float, help="how long (60; --quick 1.5)")
-    soak.add_argument("--groups", type=int, help="groups (60)")
+    soak.add_argument("--minutes", type=float, help="how long (60; --quick 1)")
+    soak.add_argument("--groups", type=int, help="groups (70)")
     soak.add_argument("--members", type=int, help="members per group (5)")
     soak.add_argument("--partitions", type=int, help="partitions per group (6)")
     soak.add_argument("--heartbeat-ms", type=int, help="heartbeat interval (1000)")
@@ -90,8 +90,9 @@ def add_parser(subparsers: Any) -> None:
         metavar="SECONDS",
         help="one member dies (and is replaced) this often; 0 = never (20)",
     )
+    soak.add_argument("--loops-per-s", type=float, help="load loops a second (60)")
     soak.add_argument(
-        "--files-per-s", type=float, help="load loops a second, one request file each (60)"
+        "--requests-per-file", type=int, help="at most this many requests in one inbox file (10)"
     )
     soak.add_argument(
         "--sample-every", type=float, metavar="SECONDS", help="one row each (300; --quick 10)"
@@ -315,7 +316,8 @@ def run_soak(args: argparse.Namespace) -> int:
         "session_ms": args.session_ms,
         "commit_every_s": args.commit_every,
         "crash_every_s": args.crash_every,
-        "files_per_s": args.files_per_s,
+        "loops_per_s": args.loops_per_s,
+        "requests_per_file": args.requests_per_file,
         "sample_every_s": args.sample_every,
         "settle_minutes": args.settle_minutes,
         "restarts": None if args.restarts is None else soak.parse_restarts(args.restarts),

@@ -113,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
     if progress:
         print(
             f"last batch: {progress['batch_id']} at {progress['timestamp']} "
-            f"({progress['age_s']} s ago): {progress['input_rows']} requests in, "
+            f"({progress['age_s']} s ago): {progress['input_rows']} files in, "
             f"{progress.get('responses', 0)} responses out, {progress.get('records', 0)} "
             f"records, {progress.get('timers_fired', 0)} timers fired, "
             f"{progress['batch_duration_ms']} ms"
