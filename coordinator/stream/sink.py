@@ -602,11 +602,16 @@ def _checkpoint(table: DeltaTable) -> str:
 def _vacuum(table: DeltaTable, retention_hours: int) -> str:
     # delta-rs refuses a retention below the table's delta.deletedFileRetentionDuration unless
     # told not to check; below it is the operator's explicit choice (Housekeeping), so allow it.
+    # full: every file the table's current version does not reference, older than the
+    # retention. The default ("lite") only reads the tombstones since the last checkpoint, and
+    # a checkpoint drops expired tombstones: files replaced before it stayed on disk forever.
+    # One writer per warehouse, and vacuum runs between its batches: no write is in flight.
     minimum = _deleted_file_retention_hours(table.metadata().configuration)
     deleted = table.vacuum(
         retention_hours=retention_hours,
         dry_run=False,
         enforce_retention_duration=retention_hours >= minimum,
+        full=True,
     )
     return f"{len(deleted)} files deleted"
 
