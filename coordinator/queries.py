@@ -58,7 +58,6 @@ The output schemas of the derived DataFrames are the Arrow schemas below (conver
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -276,19 +275,21 @@ class Queries:
         return self._read[key]
 
     def _load(self, name: str, at_ms: int | None) -> Any:
+        """Time travel (``at_ms``) is only for ``group_state`` in a warehouse without
+        ``group_history``, and is refused (:class:`AsOfError`) when the table's Delta log no
+        longer reaches the time (:meth:`WarehouseReader.table_at_time`)."""
         schema = TABLE_SCHEMAS[name]
         path = self.reader.paths.table(name)
         if not DeltaTable.is_deltatable(str(path)):
             return self._empty(schema)
-        moment = None if at_ms is None else datetime.fromtimestamp(at_ms / 1000, UTC)
+        table = DeltaTable(str(path)) if at_ms is None else self.reader.table_at_time(name, at_ms)
+        if table is None:  # the table did not exist yet at that time
+            return self._empty(schema)
         if self.delta_reader:  # untested here: no Delta jars on this machine
             reader = self.spark.read.format("delta")
-            if moment is not None:
-                reader = reader.option("timestampAsOf", moment.isoformat())
+            if at_ms is not None:
+                reader = reader.option("versionAsOf", table.version())
             return reader.load(str(path)).select(*schema.names)
-        table = DeltaTable(str(path))
-        if moment is not None:
-            table.load_as_version(moment)
         uris = table.file_uris()
         if not uris:
             return self._empty(schema)

@@ -28,7 +28,7 @@ from coordinator.client.assignors import TopicPartition
 from coordinator.client.member import GroupMember, MemberConfig
 from coordinator.client.simulation import Simulation
 from coordinator.stream.local import LocalJob, LocalNetwork
-from coordinator.stream.schema import CONSUMER_OFFSETS, RESPONSES, Warehouse
+from coordinator.stream.schema import CONSUMER_OFFSETS, Warehouse
 from coordinator.stream.settings import load_settings
 
 START_MS = 1_800_000_000_000  # 2027-01-15T08:00:00Z
@@ -41,8 +41,8 @@ class Story:
     warehouse: Path
     topic_offsets: Path
     members: dict[str, str] = field(default_factory=dict)  # name -> member id
-    #: Moments: name -> {"ms": simulated clock, "log_version": consumer_offsets version,
-    #: "commit_ms": time of the newest ``responses`` commit (what ``--as-of TIME`` resolves)}.
+    #: Moments: name -> {"ms": simulated clock (the batches' clock, which ``--as-of TIME``
+    #: reads), "log_version": consumer_offsets version, "batch": the last batch written}.
     moments: dict[str, dict[str, int]] = field(default_factory=dict)
     committed: dict[tuple[str, str, int], int] = field(default_factory=dict)
     #: The live part: the job (its state in memory), the simulation, the surviving consumers.
@@ -112,11 +112,10 @@ class _Driver:
     def moment(self, story: Story, name: str) -> None:
         paths = Warehouse.at(self.warehouse)
         log = DeltaTable(str(paths.table(CONSUMER_OFFSETS)))
-        (newest,) = DeltaTable(str(paths.table(RESPONSES))).history(1)
         story.moments[name] = {
             "ms": self.sim.clock.now_ms(),
             "log_version": log.version(),
-            "commit_ms": newest["timestamp"],
+            "batch": self.job.batch_id - 1,
         }
 
 

@@ -211,9 +211,10 @@ def test_as_of_a_log_version_describes_the_group_before_the_crash(
 def test_as_of_a_time_sees_the_offsets_committed_by_then(
     capsys: pytest.CaptureFixture[str], story: Story
 ) -> None:
-    # Delta time travel: by the time the tables were written, not the story's simulated clock.
-    at = format_ms(story.moments["crash"]["commit_ms"])
+    # The batches' clock: the story's simulated one, not the time the tables were written.
+    at = format_ms(story.moments["crash"]["ms"])
     document = as_json(capsys, story, "--describe", "--group", "orders-app", "--as-of", at)
+    assert document["as_of"]["batch_id"] == story.moments["crash"]["batch"]
     offsets = {r["partition"]: r["current_offset"] for r in document["groups"][0]["offsets"]}
     assert offsets == dict.fromkeys(range(6), 30)  # three rounds of ten before the crash
     now = as_json(capsys, story, "--describe", "--group", "orders-app")

@@ -7,21 +7,35 @@ tables (``consumer_offsets``, ``group_history``, ``responses``, ``rejected_reque
 at their newest version and filtered to ``batch_id <= cut``. That is exact, and it keeps
 working after ``VACUUM`` has removed the files that Delta time travel would need.
 
-The past (``--as-of``) is a cut too: the batch that was complete at a time (Delta time travel
-on ``responses``, the marker), or the batch of a version of the log (``consumer_offsets``
-version N, as Delta numbers its commits). Group state as of a cut is the last
-``group_history`` row per group at or before it; ``group_state`` (one current row per group,
-a merge table) answers only "now", where it is the fast path for ``--list``.
+The past (``--as-of``) is a cut too. A time ``T`` names the last batch whose clock was at or
+before ``T``: the batch's clock is Spark's batch timestamp, the ``now`` the engine acted at,
+which every append-only table stores with its rows (``schema.BATCH_CLOCK``: the log's record
+``timestamp_ms``, ``group_history.updated_at_ms``, ``responses.emitted_at_ms``,
+``rejected_requests.rejected_at_ms``). So "as of T" is the warehouse after every batch the
+coordinator ran at or before T (batch ids follow the clock), whether or not it had been
+committed by then; of the batches still being written now, none is included. The mapping is
+read from the rows the history window keeps, with the files' statistics (a file wholly before
+``T`` is not opened; a file spanning it is scanned for two integer columns), never from the
+Delta log, so it does not depend on ``job.delta.log.retention.ms``. A log version ``N`` names
+the batch of version ``N`` of ``consumer_offsets`` (as Delta numbers its commits): that one
+does read the Delta log, which keeps ``job.delta.log.retention.ms`` of commits. Group state as
+of a cut is the last ``group_history`` row per group at or before it; ``group_state`` (one
+current row per group, a merge table) answers only "now", where it is the fast path for
+``--list``.
 
-Retention (:mod:`coordinator.stream.retention`) bounds the past: a cut older than what the
-tables keep (a table's ``keptFromBatch`` property), or a time or log version older than the
-Delta log keeps, is refused with :class:`AsOfError` naming where history starts and the setting
-that decides it, rather than answered from what is left.
+Retention (:mod:`coordinator.stream.retention`) bounds the past: a time older than what the
+tables keep (a table's ``keptFromBatch`` property, whose time is on the same batch clock), a
+cut before it, or a log version older than the Delta log keeps, is refused with
+:class:`AsOfError` naming where history starts and the setting that decides it, rather than
+answered from what is left. So is a warehouse written before ``group_history`` existed, whose
+past group states come from Delta time travel on ``group_state``, when its Delta log no longer
+reaches the time asked.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -38,9 +52,10 @@ from deltalake import DeltaTable
 from coordinator.config import CoordinatorConfig
 from coordinator.log.partitioning import partition_for
 from coordinator.log.records import GROUP_METADATA, OFFSET_COMMIT
-from coordinator.stream.delta_read import read_table
+from coordinator.stream.delta_read import CHECKPOINT_FILE, COMMIT_FILE, data_file, read_table
 from coordinator.stream.retention import LOG_RETENTION, KeptFrom
 from coordinator.stream.schema import (
+    BATCH_CLOCK,
     CONSUMER_OFFSETS,
     GROUP_HISTORY,
     GROUP_STATE,
@@ -219,14 +234,11 @@ class WarehouseReader:
         """Refuse a past cut that a table no longer holds whole (``AsOfError``)."""
         if cut.now or cut.batch_id is None:
             return
+        assert cut.as_of is not None
         for name in names:
             kept = self.kept_from(name)
             if kept is not None and cut.batch_id < kept.batch_id:
-                assert cut.as_of is not None
-                raise AsOfError(
-                    f"{_KEPT_WHAT.get(name, name)} as of {cut.as_of.describe()} are no longer "
-                    f"kept: history starts at {format_ms(kept.timestamp_ms)} ({kept.setting})"
-                )
+                raise _no_longer_kept(name, cut.as_of, kept)
 
     def _newest_batch(self, table: DeltaTable) -> int | None:
         """The newest batch of any of our app ids the table holds (at its loaded version)."""
@@ -235,30 +247,32 @@ class WarehouseReader:
         return max(present) if present else None
 
     def _batch_at(self, timestamp_ms: int) -> int | None:
-        path = str(self.paths.table(RESPONSES))
-        if not DeltaTable.is_deltatable(path):
+        """The last whole batch whose clock was at or before ``timestamp_ms`` (module
+        docstring), from the tables' batch clock columns; refused when the history window no
+        longer reaches that time.
+
+        The highest batch id with a row at or before the time, in any append-only table, is
+        that batch or one after it that left no row anywhere (so every table reads the same
+        at either). Where retention dropped rows before the time, the batch its marker names
+        (whose clock is at or before its horizon, so before the time) is a floor: the newest
+        rows it dropped may have been the last ones before the time."""
+        responses = self.table(RESPONSES)
+        complete = None if responses is None else self._newest_batch(responses)
+        if complete is None:
             return None
-        start = _log_start(self.paths.table(RESPONSES))
-        if start is not None and start[0] > 0 and timestamp_ms < start[1]:
-            raise AsOfError(
-                f"the warehouse as of {format_ms(timestamp_ms)} is no longer kept: the Delta "
-                f"log of {RESPONSES}, which says which batch was complete then, starts at "
-                f"{format_ms(start[1])} ({_log_retention(self.table(RESPONSES))})"
-            )
-        table = DeltaTable(path)
-        try:
-            table.load_as_version(datetime.fromtimestamp(timestamp_ms / 1000, UTC))
-        except Exception as problem:  # delta-rs: no version at or before that time
-            if start is not None and start[0] > 0:  # the log was cleaned: never guess
-                raise AsOfError(
-                    f"the warehouse as of {format_ms(timestamp_ms)} is no longer kept: the "
-                    f"Delta log of {RESPONSES} cannot be read at that time ({problem}; "
-                    f"{_log_retention(self.table(RESPONSES))})"
-                ) from None
-            if "before" in str(problem).lower() or "no version" in str(problem).lower():
-                return None
-            raise
-        return self._newest_batch(table)
+        moment = AsOf(timestamp_ms=timestamp_ms)
+        found: int | None = None
+        for name, clock in BATCH_CLOCK.items():
+            table, kept = self.table(name), self.kept_from(name)
+            if table is None:
+                continue
+            if kept is not None and timestamp_ms < kept.timestamp_ms:
+                if name in (CONSUMER_OFFSETS, GROUP_HISTORY):
+                    raise _no_longer_kept(name, moment, kept)
+            elif kept is not None:
+                found = _higher(found, kept.batch_id)
+            found = _higher(found, _last_batch_at(table, clock, timestamp_ms, complete))
+        return None if found is None else min(found, complete)
 
     def _log_version_batch(self, version: int) -> int | None:
         log = self.table(CONSUMER_OFFSETS)
@@ -273,9 +287,42 @@ class WarehouseReader:
             )
         try:
             at = DeltaTable(str(self.paths.table(CONSUMER_OFFSETS)), version=version)
-        except Exception as problem:
-            raise AsOfError(f"log version {version} cannot be read: {problem}") from None
+        except Exception as problem:  # delta-rs: its commits went meanwhile, or are damaged
+            raise AsOfError(
+                f"log version {version} cannot be read ({problem}); the Delta log of "
+                f"{CONSUMER_OFFSETS} keeps {_log_retention(log)}"
+            ) from None
         return self._newest_batch(at)
+
+    def table_at_time(self, name: str, timestamp_ms: int) -> DeltaTable | None:
+        """Table ``name`` by Delta time travel, as its last commit at or before the time left
+        it (None: the table did not exist then, or does not now). Only for a warehouse written
+        before ``group_history`` existed; refused when the table's Delta log no longer reaches
+        the time (delta-rs would load its oldest version instead)."""
+        path = self.paths.table(name)
+        if self.table(name) is None:
+            return None
+        start = _log_start(path)
+        if start is None:
+            return None
+        if timestamp_ms < start[1]:
+            if start[0] == 0:
+                return None
+            raise AsOfError(
+                f"{_KEPT_WHAT.get(name, name)} as of {format_ms(timestamp_ms)} are no longer "
+                f"kept: this warehouse has no {GROUP_HISTORY} table, so they come from Delta "
+                f"time travel on {name}, whose log starts at {format_ms(start[1])} "
+                f"({_log_retention(self.table(name))})"
+            )
+        table = DeltaTable(str(path))
+        try:
+            table.load_as_version(datetime.fromtimestamp(timestamp_ms / 1000, UTC))
+        except Exception as problem:  # delta-rs: its commits went meanwhile, or are damaged
+            raise AsOfError(
+                f"{name} as of {format_ms(timestamp_ms)} cannot be read by Delta time travel "
+                f"({problem}; {_log_retention(self.table(name))})"
+            ) from None
+        return table
 
     # --- reading --------------------------------------------------------------------------------
 
@@ -443,39 +490,105 @@ class WarehouseReader:
         return [] if latest is None else latest.to_pylist()
 
     def _states_by_time_travel(self, cut: Cut, wanted: set[str] | None) -> list[dict[str, Any]]:
-        if cut.batch_id is None or self.table(GROUP_STATE) is None:
+        table = self.table(GROUP_STATE)
+        if cut.batch_id is None or table is None:
             return []
-        table = DeltaTable(str(self.paths.table(GROUP_STATE)))
         assert cut.as_of is not None
         if cut.as_of.timestamp_ms is not None:
-            moment = datetime.fromtimestamp(cut.as_of.timestamp_ms / 1000, UTC)
-            table.load_as_version(moment)
+            table = self.table_at_time(GROUP_STATE, cut.as_of.timestamp_ms)
+            if table is None:
+                return []
         rows: list[dict[str, Any]] = _only_groups(read_table(table), wanted).to_pylist()
         return [r for r in rows if r["batch_id"] <= cut.batch_id]
 
 
 def _log_start(table: Path) -> tuple[int, int] | None:
-    """The oldest commit a table's Delta log still holds: (version, commit time in epoch ms),
-    None without a log. Older commits were removed by ``cleanup_metadata``."""
+    """The oldest version a table's Delta log can still be loaded at, and its commit time in
+    epoch ms; None without a log. ``cleanup_metadata`` removes expired commits and checkpoints
+    before the newest checkpoint, so once version 0 is gone a version loads only from a
+    checkpoint at or before it: the oldest checkpoint left is where the log starts (a commit
+    kept before it cannot be loaded)."""
     log_dir = table / "_delta_log"
-    versions = [int(p.stem) for p in log_dir.glob("*.json") if p.stem.isdigit()]
-    if not versions:
-        return None
-    oldest = min(versions)
-    commit = log_dir / f"{oldest:020d}.json"
     try:
-        for line in commit.read_text(encoding="utf-8").splitlines():
-            info = json.loads(line).get("commitInfo")
-            if info and "timestamp" in info:
-                return oldest, int(info["timestamp"])
-        return oldest, int(commit.stat().st_mtime * 1000)
-    except FileNotFoundError:  # removed meanwhile: the log starts later still
+        names = os.listdir(log_dir)
+    except FileNotFoundError:
+        return None
+    commits = {int(m[1]) for m in map(COMMIT_FILE.match, names) if m}
+    checkpoints = {int(m[1]) for m in map(CHECKPOINT_FILE.match, names) if m}
+    whole = 0 in commits or not checkpoints
+    oldest = min(commits, default=None) if whole else min(checkpoints)
+    if oldest is None:
+        return None
+    try:
+        if oldest in commits:
+            commit = log_dir / f"{oldest:020d}.json"
+            for line in commit.read_text(encoding="utf-8").splitlines():
+                info = json.loads(line).get("commitInfo")
+                if info and "timestamp" in info:
+                    return oldest, int(info["timestamp"])
+            return oldest, int(commit.stat().st_mtime * 1000)
+        checkpoint = next(log_dir.glob(f"{oldest:020d}.checkpoint*.parquet"))
+        return oldest, int(checkpoint.stat().st_mtime * 1000)
+    except (FileNotFoundError, StopIteration):  # removed meanwhile: the log starts later still
         return _log_start(table)
 
 
 def _log_retention(table: DeltaTable | None) -> str:
     value = None if table is None else table.metadata().configuration.get(LOG_RETENTION)
     return f"delta.logRetentionDuration={value or 'interval 30 days'}, job.delta.log.retention.ms"
+
+
+def _no_longer_kept(name: str, as_of: AsOf, kept: KeptFrom) -> AsOfError:
+    return AsOfError(
+        f"{_KEPT_WHAT.get(name, name)} as of {as_of.describe()} are no longer kept: history "
+        f"starts at {format_ms(kept.timestamp_ms)} ({kept.setting})"
+    )
+
+
+def _higher(a: int | None, b: int | None) -> int | None:
+    return b if a is None else a if b is None else max(a, b)
+
+
+def _last_batch_at(table: DeltaTable, clock: str, at_ms: int, up_to: int) -> int | None:
+    """The highest ``batch_id`` at most ``up_to`` of the rows whose ``clock`` is at or before
+    ``at_ms`` (None: no such row). From the add actions' statistics: a file whose rows all
+    qualify gives its highest batch id unread; only the files that may hold a higher one and
+    span the bounds are scanned, for two integer columns, record batch by record batch."""
+    actions = pa.table(table.get_add_actions(flatten=True))
+    if actions.num_rows == 0:
+        return None
+
+    def stat(name: str) -> pa.ChunkedArray | pa.Array:
+        if name in actions.column_names:
+            return actions.column(name)
+        return pa.nulls(actions.num_rows, pa.int64())
+
+    high_clock, high_batch = stat(f"max.{clock}"), stat("max.batch_id")
+    whole = pc.fill_null(
+        pc.and_(pc.less_equal(high_clock, at_ms), pc.less_equal(high_batch, up_to)), False
+    )
+    best = pc.max(pc.filter(high_batch, whole)).as_py()
+    maybe = pc.and_(
+        pc.invert(whole),
+        pc.and_(
+            pc.fill_null(pc.less_equal(stat(f"min.{clock}"), at_ms), True),
+            pc.fill_null(pc.less_equal(stat("min.batch_id"), up_to), True),
+        ),
+    )
+    if best is not None:
+        maybe = pc.and_(maybe, pc.fill_null(pc.greater(high_batch, best), True))
+    paths = pc.filter(actions.column("path"), maybe).to_pylist()
+    if not paths:
+        return None if best is None else int(best)
+    in_files = pa.schema([("batch_id", pa.int64()), (clock, pa.int64())])
+    dataset = ds.dataset(
+        [data_file(table.table_uri, p) for p in paths], schema=in_files, format="parquet"
+    )
+    where = (pc.field(clock) <= at_ms) & (pc.field("batch_id") <= up_to)
+    for batch in dataset.to_batches(columns=["batch_id"], filter=where):
+        highest = pc.max(batch.column("batch_id")).as_py()
+        best = highest if best is None or (highest is not None and highest > best) else best
+    return None if best is None else int(best)
 
 
 def _files_by_partition(table: DeltaTable, columns: list[str]) -> dict[Any, list[str]]:

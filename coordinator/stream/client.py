@@ -33,6 +33,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from coordinator import jsonio
+from coordinator.stream.delta_read import CHECKPOINT_FILE, COMMIT_FILE
 from coordinator.stream.schema import RESPONSES, RESPONSES_SCHEMA, Warehouse, response_request_id
 
 # --- the inbox --------------------------------------------------------------------------------
@@ -125,9 +126,6 @@ def _fsync_dir(path: Path) -> None:
 
 
 # --- reading the responses table --------------------------------------------------------------
-
-_COMMIT = re.compile(r"^(\d{20})\.json$")
-_CHECKPOINT = re.compile(r"^(\d{20})\.checkpoint(\.\d+\.\d+)?\.parquet$")
 
 
 class _LogGap(Exception):
@@ -249,14 +247,14 @@ class ResponseReader:
             pass
         except (ValueError, KeyError, TypeError):
             pass  # being rewritten: list the log instead
-        versions = [int(m[1]) for m in map(_CHECKPOINT.match, self._log_names()) if m]
+        versions = [int(m[1]) for m in map(CHECKPOINT_FILE.match, self._log_names()) if m]
         return max(versions, default=None)
 
     def _latest_version(self) -> int:
         """The newest version in the log (-1 when there is no table yet)."""
         names = self._log_names()
-        versions = [int(m[1]) for m in map(_COMMIT.match, names) if m]
-        versions += [int(m[1]) for m in map(_CHECKPOINT.match, names) if m]
+        versions = [int(m[1]) for m in map(COMMIT_FILE.match, names) if m]
+        versions += [int(m[1]) for m in map(CHECKPOINT_FILE.match, names) if m]
         return max(versions, default=-1)
 
     def _log_names(self) -> list[str]:

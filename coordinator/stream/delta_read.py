@@ -20,6 +20,7 @@ read (the job writes neither).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,10 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 from pyarrow import fs
 
+#: The names of a Delta log's commits and checkpoints (the version is the first group).
+COMMIT_FILE = re.compile(r"^(\d{20})\.json$")
+CHECKPOINT_FILE = re.compile(r"^(\d{20})\.checkpoint(\.\d+\.\d+)?\.parquet$")
+
 
 def local_path(uri: str) -> str:
     """The local path of a data file ``uri`` (a path or a ``file://`` URI)."""
@@ -36,6 +41,12 @@ def local_path(uri: str) -> str:
     if parsed.scheme in ("", "file"):
         return unquote(parsed.path)
     raise ValueError(f"{uri!r}: only local Delta tables are read")
+
+
+def data_file(table_uri: str, path: str) -> str:
+    """The local path of a data file that a table's add action names (relative to the table,
+    or absolute)."""
+    return str(Path(local_path(table_uri)) / local_path(path))
 
 
 def read_table(table: Any, columns: Sequence[str] | None = None) -> pa.Table:

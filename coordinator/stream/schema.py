@@ -183,6 +183,18 @@ TABLE_SCHEMAS: dict[str, pa.Schema] = {
 }
 PARTITION_BY: dict[str, list[str]] = {CONSUMER_OFFSETS: CONSUMER_OFFSETS_PARTITION_BY}
 
+#: The column of each append-only table that holds its batch's clock: Spark's batch timestamp,
+#: the ``now`` the engine acted at, the same when Spark re-runs the batch (the log's records are
+#: stamped with it, as Kafka stamps a record with the time it appends it). Retention ages rows
+#: by it and ``--as-of TIME`` finds the last batch at or before a time by it
+#: (:mod:`coordinator.admin.tables`). ``written_at_ms`` is the wall clock of the write instead.
+BATCH_CLOCK: dict[str, str] = {
+    CONSUMER_OFFSETS: "timestamp_ms",
+    GROUP_HISTORY: "updated_at_ms",
+    RESPONSES: "emitted_at_ms",
+    REJECTED_REQUESTS: "rejected_at_ms",
+}
+
 
 def response_request_id(request_id: object) -> str | None:
     """How a request id is stored in the ``responses`` table (and looked up by clients)."""
