@@ -52,8 +52,9 @@ from deltalake import DeltaTable, write_deltalake
 
 from coordinator.log.cleaner import DEFAULT_DELETE_RETENTION_MS, CleanerPolicy, plan_partition
 from coordinator.stream import schema
-from coordinator.stream.delta_read import local_path
+from coordinator.stream.delta_read import data_file
 from coordinator.stream.schema import (
+    BATCH_CLOCK,
     CONSUMER_OFFSETS,
     GROUP_HISTORY,
     REJECTED_REQUESTS,
@@ -93,9 +94,11 @@ class Retention:
     responses_ms: int = HOUR_MS
     rejected_requests_ms: int = 7 * DAY_MS
     archive_ms: int = DAY_MS
-    #: ``delta.logRetentionDuration``: time travel (``--as-of`` a time or a log version) needs
-    #: the Delta log, so by default it covers the history window.
-    delta_log_retention_ms: int = 7 * DAY_MS
+    #: ``delta.logRetentionDuration``: 10 minutes. delta-rs lists the whole ``_delta_log`` on
+    #: every commit, so the log's length is a cost on every batch (``conf/job.properties``,
+    #: ``coordinator.bench.delta_log``); ``--as-of`` a time reads the rows the history window
+    #: keeps, and only ``--as-of`` a log version needs the Delta log.
+    delta_log_retention_ms: int = 10 * 60_000
     #: The processed inbox files (None: no archive to clean, e.g. the embedded gateway).
     archive_dir: str | None = None
 
@@ -360,12 +363,11 @@ def _data_files(
         name = f"min.{column}"
         if name in actions.column_names:
             actions = actions.filter(pc.fill_null(pc.less(actions.column(name), before), True))
-    root = Path(local_path(table.table_uri))
     partitions = [n for n in actions.column_names if n.startswith("partition.")]
     values = [actions.column(n).to_pylist() for n in partitions]
     out = []
     for index, path in enumerate(actions.column("path").to_pylist()):
-        local = str(root / local_path(path))  # an absolute path stays as it is
+        local = data_file(table.table_uri, path)  # an absolute path stays as it is
         out.append(
             (
                 local,
@@ -415,10 +417,11 @@ def _newest(table: DeltaTable, column: str) -> int | None:
 def trim_group_history(table: DeltaTable, now_ms: int, history_ms: int) -> str:
     """Before the window, keep each group's last row (unless Dead); one overwrite commit."""
     horizon = now_ms - history_ms
-    oldest = _oldest(table, "updated_at_ms")
+    clock = BATCH_CLOCK[GROUP_HISTORY]
+    oldest = _oldest(table, clock)
     if oldest is None or oldest > horizon:
         return "nothing before the window"
-    old = _read_old(table, GROUP_HISTORY, "updated_at_ms", horizon + 1)
+    old = _read_old(table, GROUP_HISTORY, clock, horizon + 1)
     latest: dict[str, int] = {}
     batches = old.column("batch_id").to_pylist()
     for index, group_id in enumerate(old.column("group_id").to_pylist()):
@@ -430,7 +433,7 @@ def trim_group_history(table: DeltaTable, now_ms: int, history_ms: int) -> str:
     if len(keep) == old.num_rows:
         return f"{old.num_rows} rows before the window, all kept"
     survivors = old.take(pa.array(keep, pa.int64())).cast(schema.GROUP_HISTORY_SCHEMA)
-    predicate = f"updated_at_ms <= {horizon}"
+    predicate = f"{clock} <= {horizon}"
     if survivors.num_rows == 0:
         table.delete(predicate)
     else:
@@ -494,23 +497,29 @@ class Retainer:
     def __post_init__(self) -> None:
         self.cleaner = LogCleaner(self.retention)
 
+    def configure_once(self, name: str, table: DeltaTable) -> str:
+        """The table's Delta retention properties, the first time this sink sees it (so a
+        changed ``job.delta.log.retention.ms`` reaches tables an older run configured)."""
+        if name in self.configured:
+            return ""
+        self.configured.add(name)
+        if configure(table, self.retention, self.deleted_file_retention_hours):
+            return "retention properties set"
+        return ""
+
     def table_task(self, name: str, table: DeltaTable, now_ms: int) -> str:
         """The retention of one table (first its Delta retention properties, once)."""
-        notes = []
-        if name not in self.configured:
-            if configure(table, self.retention, self.deleted_file_retention_hours):
-                notes.append("retention properties set")
-            self.configured.add(name)
+        notes = [self.configure_once(name, table)]
         r = self.retention
         if name == CONSUMER_OFFSETS:
             notes.append(self.cleaner.run(table, now_ms))
         elif name == GROUP_HISTORY:
             notes.append(trim_group_history(table, now_ms, r.history_ms))
         elif name == RESPONSES:
-            notes.append(delete_older(table, name, "emitted_at_ms", now_ms, r.responses_ms))
+            notes.append(delete_older(table, name, BATCH_CLOCK[name], now_ms, r.responses_ms))
         elif name == REJECTED_REQUESTS:
             notes.append(
-                delete_older(table, name, "rejected_at_ms", now_ms, r.rejected_requests_ms)
+                delete_older(table, name, BATCH_CLOCK[name], now_ms, r.rejected_requests_ms)
             )
         return "; ".join(n for n in notes if n)
 

@@ -114,8 +114,9 @@ class JobSettings:
     offsets_delete_retention_ms: int = 86_400_000
     offsets_min_cleanable_dirty_ratio: float = 0.5
     offsets_cleaner_rows_per_run: int = 1_000_000
-    #: ``delta.logRetentionDuration`` of every table (time travel needs the Delta log).
-    delta_log_retention_ms: int = 7 * 86_400_000
+    #: ``delta.logRetentionDuration`` of every table: short, as each commit lists the log
+    #: (``conf/job.properties``); ``--as-of`` a time reads the tables' rows, not the log.
+    delta_log_retention_ms: int = 600_000
     #: ``HOST:PORT`` of the Prometheus ``/metrics``, ``/livez`` and ``/readyz`` server; empty:
     #: none (:mod:`coordinator.metrics.job`).
     metrics: str = ""

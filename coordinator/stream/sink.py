@@ -459,7 +459,7 @@ class DeltaSink:
         if hk.due(hk.vacuum_every_batches, batch_id):
             tasks.append(("vacuum", lambda _, dt: _vacuum(dt, hk.vacuum_retention_hours)))
         if hk.due(hk.checkpoint_every_batches, batch_id):
-            tasks.append(("cleanup_metadata", lambda _, dt: _cleanup_metadata(dt)))
+            tasks.append(("cleanup_metadata", self._cleanup_metadata))
         if not tasks or (self.ownership is not None and self.ownership.lost is not None):
             return
         all_started = time.perf_counter()
@@ -484,6 +484,17 @@ class DeltaSink:
         owner's fence then fails its commits, as it fails a batch's)."""
         self._fence(name)
         return self._retainer.table_task(name, table, now_ms)
+
+    def _cleanup_metadata(self, name: str, table: DeltaTable) -> str:
+        """Delta log files expired by the table's ``delta.logRetentionDuration`` go (those
+        before its newest checkpoint: the checkpoint just made). The property is set first
+        (fenced, as any commit) when it differs from ``job.delta.log.retention.ms``, on the
+        first cleanup of this sink: even with retention off, and on a table an older release
+        configured with a longer one."""
+        self._fence(name)
+        detail = self._retainer.configure_once(name, table)
+        table.cleanup_metadata()
+        return detail
 
     def _archive_retention(self, report: BatchReport, now_ms: int) -> None:
         started = time.perf_counter()
@@ -614,11 +625,6 @@ def _vacuum(table: DeltaTable, retention_hours: int) -> str:
         full=True,
     )
     return f"{len(deleted)} files deleted"
-
-
-def _cleanup_metadata(table: DeltaTable) -> str:
-    table.cleanup_metadata()
-    return ""
 
 
 _INTERVAL = re.compile(r"^\s*(?:interval\s+)?(\d+(?:\.\d+)?)\s*([a-z]+?)s?\s*$", re.IGNORECASE)
