@@ -12,5 +12,7 @@ Each module measures one part against a floor or a peer in the same run and prin
   (``bench soak``);
 - :mod:`~coordinator.bench.groups`: ``coordinator groups`` on a large warehouse (``bench groups``);
 - :mod:`~coordinator.bench.gateway`: the gateway against Kafka-protocol peers
-  (``bench gateway``).
+  (``bench gateway``);
+- :mod:`~coordinator.bench.delta_log`: a commit's cost against the length of ``_delta_log``,
+  and the log's length under the sink's retention (``python -m coordinator.bench.delta_log``).
 """
