@@ -335,7 +335,8 @@ class Queries:
         cut ``responses`` marks); as of a past cut, each group's last
         ``group_history`` row at or before it, Dead groups left out (a warehouse written
         before ``group_history`` existed: ``group_state`` by Delta time travel at the time,
-        filtered to the cut)."""
+        filtered to the cut, refused with :class:`AsOfError` once the Delta log no longer
+        reaches the time)."""
         from pyspark.sql import Window
         from pyspark.sql import functions as F
 

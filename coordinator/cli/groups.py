@@ -22,8 +22,10 @@ Delta table); see ``coordinator.admin.topic_offsets``.
 
 Beyond Kafka:
   --as-of TIME|VERSION    describe or list as it was: an ISO date-time (UTC unless a zone is
-                          given), or a version of the consumer_offsets log (Delta time travel);
-                          with --reset-offsets --to-current/--shift-by, start from the offsets
+                          given: every batch the coordinator ran at or before it, inside the
+                          history window), or a version of the consumer_offsets log (Delta
+                          time travel, inside job.delta.log.retention.ms); with
+                          --reset-offsets --to-current/--shift-by, start from the offsets
                           committed then
   coordinator groups history --group G
                           the group's rebalances (generation, start, end, duration, leader,
