@@ -265,29 +265,30 @@ class Queries:
     def _empty(self, schema: pa.Schema) -> Any:
         return self.spark.createDataFrame([], spark_schema(schema))
 
-    def _files(self, name: str, at_ms: int | None = None) -> Any:
-        """Every row of table ``name`` (its newest version, or the version current at
-        ``at_ms``), with exactly the columns and types of its Arrow schema. Listed once per
-        Queries: all its DataFrames read the same files of a table."""
-        key = (name, at_ms)
+    def _files(self, name: str, cut: Cut | None = None) -> Any:
+        """Every row of table ``name`` (its newest version, or by Delta time travel its newest
+        version holding no batch after ``cut``), with exactly the columns and types of its
+        Arrow schema. Listed once per Queries: all its DataFrames read the same files of a
+        table."""
+        key = (name, None if cut is None else cut.batch_id)
         if key not in self._read:
-            self._read[key] = self._load(name, at_ms)
+            self._read[key] = self._load(name, cut)
         return self._read[key]
 
-    def _load(self, name: str, at_ms: int | None) -> Any:
-        """Time travel (``at_ms``) is only for ``group_state`` in a warehouse without
+    def _load(self, name: str, cut: Cut | None) -> Any:
+        """Time travel (``cut``) is only for ``group_state`` in a warehouse without
         ``group_history``, and is refused (:class:`AsOfError`) when the table's Delta log no
-        longer reaches the time (:meth:`WarehouseReader.table_at_time`)."""
+        longer reaches back to the cut (:meth:`WarehouseReader.table_at_cut`)."""
         schema = TABLE_SCHEMAS[name]
         path = self.reader.paths.table(name)
         if not DeltaTable.is_deltatable(str(path)):
             return self._empty(schema)
-        table = DeltaTable(str(path)) if at_ms is None else self.reader.table_at_time(name, at_ms)
-        if table is None:  # the table did not exist yet at that time
+        table = DeltaTable(str(path)) if cut is None else self.reader.table_at_cut(name, cut)
+        if table is None:
             return self._empty(schema)
         if self.delta_reader:  # untested here: no Delta jars on this machine
             reader = self.spark.read.format("delta")
-            if at_ms is not None:
+            if cut is not None:
                 reader = reader.option("versionAsOf", table.version())
             return reader.load(str(path)).select(*schema.names)
         uris = table.file_uris()
@@ -334,9 +335,9 @@ class Queries:
         the job writes a batch it can be that one batch ahead of the other DataFrames, whose
         cut ``responses`` marks); as of a past cut, each group's last
         ``group_history`` row at or before it, Dead groups left out (a warehouse written
-        before ``group_history`` existed: ``group_state`` by Delta time travel at the time,
-        filtered to the cut, refused with :class:`AsOfError` once the Delta log no longer
-        reaches the time)."""
+        before ``group_history`` existed: ``group_state`` by Delta time travel to its newest
+        version holding no batch after the cut, refused with :class:`AsOfError` once the
+        Delta log no longer reaches back that far)."""
         from pyspark.sql import Window
         from pyspark.sql import functions as F
 
@@ -354,8 +355,7 @@ class Queries:
                 .drop("_n")
             )
         else:
-            assert self.cut.as_of is not None
-            rows = self._files(GROUP_STATE, at_ms=self.cut.as_of.timestamp_ms).where(
+            rows = self._files(GROUP_STATE, self.cut).where(
                 F.col("batch_id") <= F.lit(self.cut.batch_id)
             )
         alive = F.col("state").isNull() | (F.col("state") != F.lit(history.DEAD))

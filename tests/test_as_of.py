@@ -302,18 +302,28 @@ def test_time_travel_for_a_warehouse_without_group_history_refuses_past_its_log(
     """Its past group states come from Delta time travel on group_state, which needs the Delta
     log: on the wall clock, as the job's batches are."""
     job = windowed_job(tmp_path, **{"job.retention.every.batches": "0"})
-    moments = []
+    moments, versions = [], []
     for n in range(6):
         now = int(time.time() * 1000)
-        job.run_batch(commits(n), now)
+        grows = [
+            {**c, "offsets": [{"topic": "orders", "partition": n, "offset": n}]} for c in commits(n)
+        ]
+        job.run_batch(grows, now)  # each batch changes the groups' summaries (offsets held)
         moments.append(now)
+        versions.append(DeltaTable(str(Warehouse.at(tmp_path).table(CONSUMER_OFFSETS))).version())
         while int(time.time() * 1000) <= now + 1:  # the next batch on a later clock
             time.sleep(0.001)
     shutil.rmtree(Warehouse.at(tmp_path).table(GROUP_HISTORY))
     reader = WarehouseReader(tmp_path)
     cut = reader.cut(AsOf(timestamp_ms=moments[2]))
     assert cut.batch_id == 2
-    assert [g["group_id"] for g in reader.group_states(cut)] == ["alpha", "beta"]
+    states = reader.group_states(cut)
+    assert [(g["group_id"], g["num_committed_offsets"]) for g in states] == [
+        ("alpha", 3),
+        ("beta", 1),
+    ]
+    by_version = reader.cut(AsOf(log_version=versions[2]))
+    assert by_version.batch_id == 2 and reader.group_states(by_version) == states
 
     clean_delta_logs(Warehouse.at(tmp_path).tables)
     reader = WarehouseReader(tmp_path)

@@ -12,7 +12,6 @@ DataFrame is compared with chispa against the pyarrow reader and the pure functi
 from __future__ import annotations
 
 import shutil
-import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -63,7 +62,7 @@ class Built:
     crashed: str
     early_log_version: int  # consumer_offsets' version before old-app was deleted
     early_batch: int  # the last batch before then
-    early_wall_ms: int  # a wall-clock time between that batch and the next (Delta's clock)
+    early_ms: int  # a time between that batch's clock and the next one's (the simulated clock)
     gen1_ms: int  # a simulated time in generation 1, and one in generation 2
     gen2_ms: int
 
@@ -123,9 +122,7 @@ def build(root: Path) -> Built:
     gen1_ms = sim.clock.now_ms()
     early_log_version = DeltaTable(str(root / "tables" / CONSUMER_OFFSETS)).version()
     early_batch = job.batch_id - 1
-    time.sleep(0.05)
-    early_wall_ms = int(time.time() * 1000)
-    time.sleep(0.05)
+    sim.run(100)  # the next batch runs on a later clock
 
     (gone,) = admin({"api": "delete_groups", "group_id": OLD})
     assert gone["error_code"] == 0
@@ -145,7 +142,7 @@ def build(root: Path) -> Built:
         crashed,
         early_log_version,
         early_batch,
-        early_wall_ms,
+        gen1_ms,
         gen1_ms,
         sim.clock.now_ms(),
     )
@@ -374,14 +371,14 @@ def test_time_travel_agrees_with_the_reader(spark, early, built):
 
 
 def test_time_travel_by_timestamp(spark, q, early, built):
-    """A date-time names the batch complete then (Delta's commit times are wall-clock)."""
-    then = q.at(format_ms(built.early_wall_ms))
+    """A date-time names the last batch run at or before it (the batches' clock)."""
+    then = q.at(format_ms(built.early_ms))
     assert then.cut.batch_id is not None and early.cut.batch_id is not None
     assert early.cut.batch_id <= then.cut.batch_id <= built.early_batch
-    assert then.cut.as_of == AsOf(timestamp_ms=built.early_wall_ms)
+    assert then.cut.as_of == AsOf(timestamp_ms=built.early_ms)
     assert_df_equality(then.group_state(), early.group_state())
     assert_df_equality(then.committed_offsets(), early.committed_offsets())
-    before = q.at(AsOf(timestamp_ms=built.early_wall_ms - 3_600_000))  # before the first commit
+    before = q.at(AsOf(timestamp_ms=built.early_ms - 3_600_000))  # before the first batch
     assert before.cut.batch_id is None
     assert before.group_state().count() == 0 and before.rebalances().count() == 0
 
@@ -389,9 +386,9 @@ def test_time_travel_by_timestamp(spark, q, early, built):
 def test_time_travel_without_group_history(spark, built, tmp_path):
     """A warehouse written before group_history existed: group_state by Delta time travel."""
     old = tmp_path / "old-warehouse"
-    shutil.copytree(built.root, old)  # keeps the Delta logs' file times
+    shutil.copytree(built.root, old)
     shutil.rmtree(old / "tables" / GROUP_HISTORY)
-    then = Queries(spark, old, as_of=AsOf(timestamp_ms=built.early_wall_ms))
+    then = Queries(spark, old, as_of=AsOf(timestamp_ms=built.early_ms))
     expected = WarehouseReader(old).group_states(then.cut)
     assert [g["group_id"] for g in expected] == [AUDIT, OLD, APP]
     assert_df_equality(then.group_state(), frame(spark, expected, GROUP_STATE_SCHEMA))

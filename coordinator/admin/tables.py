@@ -28,8 +28,8 @@ tables keep (a table's ``keptFromBatch`` property, whose time is on the same bat
 cut before it, or a log version older than the Delta log keeps, is refused with
 :class:`AsOfError` naming where history starts and the setting that decides it, rather than
 answered from what is left. So is a warehouse written before ``group_history`` existed, whose
-past group states come from Delta time travel on ``group_state``, when its Delta log no longer
-reaches the time asked.
+past group states come from Delta time travel on ``group_state`` (its newest version holding
+no batch after the cut), when its Delta log no longer reaches back to the cut.
 """
 
 from __future__ import annotations
@@ -294,35 +294,50 @@ class WarehouseReader:
             ) from None
         return self._newest_batch(at)
 
-    def table_at_time(self, name: str, timestamp_ms: int) -> DeltaTable | None:
-        """Table ``name`` by Delta time travel, as its last commit at or before the time left
-        it (None: the table did not exist then, or does not now). Only for a warehouse written
-        before ``group_history`` existed; refused when the table's Delta log no longer reaches
-        the time (delta-rs would load its oldest version instead)."""
+    def table_at_cut(self, name: str, cut: Cut) -> DeltaTable | None:
+        """Table ``name`` by Delta time travel, at its newest version holding no batch after
+        the cut (its app transactions), found by bisection over the versions its Delta log
+        still holds (None: the table does not exist). Only for ``group_state`` in a warehouse
+        written before ``group_history`` existed, whose past is its older versions; refused
+        (:class:`AsOfError`, naming the setting) when the oldest version the log still holds
+        is already past the cut."""
         path = self.paths.table(name)
-        if self.table(name) is None:
-            return None
-        start = _log_start(path)
+        table = self.table(name)
+        if table is None or cut.batch_id is None:
+            return table
+        start, up_to = _log_start(path), cut.batch_id
         if start is None:
             return None
-        if timestamp_ms < start[1]:
-            if start[0] == 0:
-                return None
+
+        def holds(version: int) -> tuple[DeltaTable, bool]:
+            try:
+                at = DeltaTable(str(path), version=version)
+            except Exception as problem:  # delta-rs: its commits went meanwhile, or are damaged
+                raise AsOfError(
+                    f"{name} at version {version} cannot be read by Delta time travel "
+                    f"({problem}; {_log_retention(table)})"
+                ) from None
+            newest = self._newest_batch(at)
+            return at, newest is None or newest <= up_to
+
+        low, ok = holds(start[0])
+        if not ok:
+            assert cut.as_of is not None
             raise AsOfError(
-                f"{_KEPT_WHAT.get(name, name)} as of {format_ms(timestamp_ms)} are no longer "
-                f"kept: this warehouse has no {GROUP_HISTORY} table, so they come from Delta "
-                f"time travel on {name}, whose log starts at {format_ms(start[1])} "
-                f"({_log_retention(self.table(name))})"
+                f"{_KEPT_WHAT.get(name, 'group states')} as of {cut.as_of.describe()} are no "
+                f"longer kept: this warehouse has no {GROUP_HISTORY} table, so they come from "
+                f"Delta time travel on {name}, whose log starts at version {start[0]} "
+                f"({format_ms(start[1])}; {_log_retention(table)})"
             )
-        table = DeltaTable(str(path))
-        try:
-            table.load_as_version(datetime.fromtimestamp(timestamp_ms / 1000, UTC))
-        except Exception as problem:  # delta-rs: its commits went meanwhile, or are damaged
-            raise AsOfError(
-                f"{name} as of {format_ms(timestamp_ms)} cannot be read by Delta time travel "
-                f"({problem}; {_log_retention(self.table(name))})"
-            ) from None
-        return table
+        lo, hi = start[0], table.version()
+        while lo < hi:  # low holds the cut at version lo; find the newest version that does
+            middle = (lo + hi + 1) // 2
+            at, ok = holds(middle)
+            if ok:
+                lo, low = middle, at
+            else:
+                hi = middle - 1
+        return low
 
     # --- reading --------------------------------------------------------------------------------
 
@@ -490,14 +505,9 @@ class WarehouseReader:
         return [] if latest is None else latest.to_pylist()
 
     def _states_by_time_travel(self, cut: Cut, wanted: set[str] | None) -> list[dict[str, Any]]:
-        table = self.table(GROUP_STATE)
+        table = self.table_at_cut(GROUP_STATE, cut)
         if cut.batch_id is None or table is None:
             return []
-        assert cut.as_of is not None
-        if cut.as_of.timestamp_ms is not None:
-            table = self.table_at_time(GROUP_STATE, cut.as_of.timestamp_ms)
-            if table is None:
-                return []
         rows: list[dict[str, Any]] = _only_groups(read_table(table), wanted).to_pylist()
         return [r for r in rows if r["batch_id"] <= cut.batch_id]
 
