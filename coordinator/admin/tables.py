@@ -596,8 +596,7 @@ def _last_batch_at(table: DeltaTable, clock: str, at_ms: int, up_to: int) -> int
     )
     where = (pc.field(clock) <= at_ms) & (pc.field("batch_id") <= up_to)
     for batch in dataset.to_batches(columns=["batch_id"], filter=where):
-        highest = pc.max(batch.column("batch_id")).as_py()
-        best = highest if best is None or (highest is not None and highest > best) else best
+        best = _higher(best, pc.max(batch.column("batch_id")).as_py())
     return None if best is None else int(best)
 
 
