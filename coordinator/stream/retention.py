@@ -502,10 +502,9 @@ class Retainer:
         changed ``job.delta.log.retention.ms`` reaches tables an older run configured)."""
         if name in self.configured:
             return ""
+        changed = configure(table, self.retention, self.deleted_file_retention_hours)
         self.configured.add(name)
-        if configure(table, self.retention, self.deleted_file_retention_hours):
-            return "retention properties set"
-        return ""
+        return "retention properties set" if changed else ""
 
     def table_task(self, name: str, table: DeltaTable, now_ms: int) -> str:
         """The retention of one table (first its Delta retention properties, once)."""
