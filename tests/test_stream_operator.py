@@ -170,9 +170,15 @@ def test_the_checkpoint_pins_shards_state_key_and_partitions(tmp_path):
     settings = load_settings([], warehouse=str(tmp_path))
     first = checkpoint_identity(settings)
     assert checkpoint_identity(settings) == first
-    for change in ({"shards": 4}, {"state_key": "shard"}):
+    assert first.state_key == "shard"  # the default
+    for change in ({"shards": 4}, {"state_key": "group"}):
         with pytest.raises(ValueError, match="fixed per checkpoint"):
             checkpoint_identity(load_settings([], warehouse=str(tmp_path), **change))
+    # A checkpoint of a release whose default was group-keyed says how to keep it.
+    grouped = load_settings([], warehouse=str(tmp_path / "grouped"), state_key="group")
+    checkpoint_identity(grouped)
+    with pytest.raises(ValueError, match=r"job\.state\.key=group"):
+        checkpoint_identity(load_settings([], warehouse=str(tmp_path / "grouped")))
     other = load_settings([], warehouse=str(tmp_path / "other"))
     assert checkpoint_identity(other).app_id != first.app_id
 

@@ -537,12 +537,12 @@ def test_re_sharding_is_a_rebuild_and_the_partition_count_cannot_change(story: S
         )
     assert identity_path(settings).exists()  # refused before anything moved
     assert not list(paths.root.glob("checkpoints/*.replaced-*"))
-    resharded = settings_for(paths.root, shards=3, state_key="shard")
+    resharded = settings_for(paths.root, shards=3, state_key="group")
     with pytest.raises(ValueError, match="fixed per checkpoint"):
         checkpoint_identity(resharded)
     identity, report = rebuild.prepare_checkpoint(resharded, rebuild_from_log=True)
     assert report is not None
-    assert (identity.shards, identity.state_key) == (3, "shard")
+    assert (identity.shards, identity.state_key) == (3, "group")
     assert checkpoint_identity(resharded) == identity
     # A second rebuild continues above the first one's base, and keeps the lineage.
     again = rebuild.rebuild_checkpoint(resharded)

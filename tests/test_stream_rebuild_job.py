@@ -237,7 +237,7 @@ def max_gap_s(c: RunningCoordinator, old_last: int, base: int) -> float:
 
 
 def test_members_carry_on_through_a_lost_checkpoint_and_a_re_shard(spark, tmp_path):
-    c = RunningCoordinator(spark, tmp_path / "warehouse")  # group-keyed, 2 shards
+    c = RunningCoordinator(spark, tmp_path / "warehouse")  # shard-keyed (the default), 2 shards
     c.start()
     members = LiveMembers(c.warehouse, 2)
     members.start()
@@ -271,12 +271,12 @@ def test_members_carry_on_through_a_lost_checkpoint_and_a_re_shard(spark, tmp_pa
         assert c.running.rebuilt is not None and c.running.rebuilt.replaced is None
         lost_gap = check_carried_on(c, members, before, restarted_ms, "lost")
 
-        # Re-shard: 3 shards keyed by offsets partition, by a rebuild from the log.
+        # Re-shard: 3 shards keyed by group id, by a rebuild from the log.
         c.stop()
         before["highest_batch"] = highest_batch(c)
         before["rows"] = c.rows("responses")
         old_identity = read_identity(checkpoint / "coordinator.json")
-        c.settings = job_settings(c.warehouse, shards=3, state_key="shard")
+        c.settings = job_settings(c.warehouse, shards=3, state_key="group")
         spark.conf.set("spark.sql.shuffle.partitions", "3")
         restarted_ms = int(time.time() * 1000)
         started = time.monotonic()
@@ -285,7 +285,7 @@ def test_members_carry_on_through_a_lost_checkpoint_and_a_re_shard(spark, tmp_pa
         rebuilt = c.running.rebuilt
         assert rebuilt is not None and rebuilt.replaced is not None
         assert read_identity(rebuilt.replaced / "coordinator.json") == old_identity
-        assert (rebuilt.identity.shards, rebuilt.identity.state_key) == (3, "shard")
+        assert (rebuilt.identity.shards, rebuilt.identity.state_key) == (3, "group")
         reshard_gap = check_carried_on(c, members, before, restarted_ms, "re-shard")
         # Spark pinned the new number of shards in the new checkpoint.
         offsets_log = (checkpoint / "offsets" / "0").read_text()

@@ -52,8 +52,10 @@ def add_job_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--state-key",
-        choices=("group", "shard"),
-        help="key the state by group id or by offsets partition (fixed per checkpoint)",
+        choices=("shard", "group"),
+        help="key the state by offsets partition (shard, the default: it scales) or by group "
+        "id (group: one state row per group, for a few hundred active groups at most); fixed "
+        "per checkpoint",
     )
     parser.add_argument(
         "--state-store",

@@ -6,11 +6,14 @@ rows of one output schema (``kind`` tells them apart; the sink splits them on th
 
 Two ways to key the operator, fixed per checkpoint:
 
-- ``group`` (the default, the product's design): one Spark key per group id, the state one
-  versioned snapshot blob (:mod:`coordinator.group.snapshot`).
-- ``shard``: one Spark key per ``__consumer_offsets`` partition (Kafka's own unit of coordinator
-  sharding), its state the blobs of all that partition's groups. The very same per-group step
-  runs for each group; only PySpark's per-key overhead (about 2 ms per key per batch) is shared.
+- ``shard`` (the default): one Spark key per ``__consumer_offsets`` partition (Kafka's own unit
+  of coordinator sharding), its state the blobs of all that partition's groups. The very same
+  per-group step runs for each group; only PySpark's per-key overhead (about 1-2 ms per key per
+  batch) is shared, so a batch costs per partition, not per active group.
+- ``group``: one Spark key per group id, the state one versioned snapshot blob
+  (:mod:`coordinator.group.snapshot`): each group's state is its own row, the easiest to
+  inspect, but every active group pays the per-key overhead (it stops scaling past about 1,000
+  active groups).
 
 Determinism, which exactly-once rests on: the output is a function of the stored state and the
 batch's input only. The clock is the batch's timestamp (``getCurrentProcessingTimeMs()``, which

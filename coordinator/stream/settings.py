@@ -69,8 +69,9 @@ class JobSettings:
     trigger_interval_ms: int = 200
     #: Spark shuffle partitions = coordinator shards; fixed per checkpoint.
     shards: int = 2
-    #: ``group`` (one Spark key per group id) or ``shard`` (one per offsets partition).
-    state_key: str = "group"
+    #: ``shard`` (one Spark key per offsets partition, the default: it scales) or ``group``
+    #: (one per group id); fixed per checkpoint.
+    state_key: str = "shard"
     #: Spark's state store: ``hdfs`` (HDFSBackedStateStoreProvider, Spark's default) or
     #: ``rocksdb`` (RocksDBStateStoreProvider with changelog checkpointing); fixed per
     #: checkpoint (Spark pins the provider in it too).
@@ -328,10 +329,14 @@ def checkpoint_identity(settings: Settings) -> CheckpointIdentity:
         for name in PINNED:
             stored = getattr(identity, name)
             if stored != wanted[name]:
+                hint = ""
+                if name == "state_key":
+                    # The default was "group" before it became "shard".
+                    hint = f"; or keep this checkpoint as it is with job.state.key={stored}"
                 raise ValueError(
                     f"the checkpoint {path.parent} was made with {name}={stored!r}, "
                     f"not {wanted[name]!r}; it is fixed per checkpoint (to change it, rebuild "
-                    f"a new checkpoint from the log: coordinator run --rebuild-from-log)"
+                    f"a new checkpoint from the log: coordinator run --rebuild-from-log{hint})"
                 )
         return identity
     return new_checkpoint_identity(settings)
