@@ -5,13 +5,21 @@ and then its requests, and returns everything they produced; the facade
 (:class:`coordinator.engine.GroupCoordinator`) and the Spark job both call the functions here.
 The step takes ownership of the state it is given (it is updated in place and returned).
 
+Time within a step: each request may carry the time it arrived (the Spark job's inbox stamps
+every request file when it finds it). The step moves the group's clock through those times in
+request order, firing the timers due by each time before serving the request, then to
+``now_ms`` for the timers due by then: a request is served at the time it arrived, even when the
+step runs later, so a member whose heartbeat arrived before its session deadline is not expired
+because the heartbeat was read late. The clock never goes backwards (``ClassicGroup.clock_ms``
+keeps it between steps): a request's time is ``max(clock, min(arrival, now_ms))``.
+
 What is decided here and not per API: the checks Kafka makes before a group is touched (group id,
 session-timeout bounds) and which function serves which API or timer.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -134,71 +142,111 @@ def step(
     now_ms: int,
     config: CoordinatorConfig,
     ids: IdSource,
+    arrival_ms: Sequence[int | None] | None = None,
 ) -> StepResult:
-    """Run one group id at ``now_ms``: its due timers, then each request in order.
+    """Run one group id up to ``now_ms``: its due timers and each request in order.
 
     Requests are raw dicts; the ones that do not parse, or name another group id, are answered
     with an error and change nothing. Records come back without their log ``offset`` (the
     caller, who sees every group of an offsets partition, numbers them).
+
+    ``arrival_ms``, when given, holds each request's arrival time (None: it arrived at
+    ``now_ms``). The step starts at the first request's time and fires the timers due by then;
+    each later request that moves the clock on fires the timers due by its time first (requests
+    at one instant are served together, as one batch); after the last request the clock moves
+    to ``now_ms`` and fires what is due by then. A time is clamped to ``[clock, now_ms]``, where
+    the clock is where the group's previous step left it (``clock_ms``), so time never goes
+    backwards for a group. Without arrivals every request is served at ``now_ms`` after the
+    timers due by then, as before arrivals existed.
     """
+    requests = list(requests)
+    if arrival_ms is not None and len(arrival_ms) != len(requests):
+        raise ValueError(f"{len(arrival_ms)} arrival times for {len(requests)} requests")
     counter = [0 if group is None else group.timer_seq]
 
     def next_seq() -> int:
         counter[0] += 1
         return counter[0]
 
+    def arrived(index: int) -> int:
+        arrival = None if arrival_ms is None else arrival_ms[index]
+        return now_ms if arrival is None else min(arrival, now_ms)
+
     responses: list[dict[str, Any]] = []
     records: list[dict[str, Any]] = []
     internal_errors: list[str] = []
     partition = partition_for(group_id, config.offsets_topic_num_partitions)
-    ctx = GroupContext(
-        config, now_ms, ids, next_seq, group_id, group, partition, responses, records
-    )
-    try:
-        fire_due_timers(ctx)
-    except Exception as exc:  # an engine bug must not take the stream down with it
-        internal_errors.append(f"timers of {group_id!r}: {exc!r}")
-    for raw in requests:
+    start = arrived(0) if requests else now_ms
+    if group is not None and group.clock_ms is not None:
+        start = max(group.clock_ms, start)
+    ctx = GroupContext(config, start, ids, next_seq, group_id, group, partition, responses, records)
+
+    def fire() -> None:
         try:
-            request = parse(raw)
-        except BadRequest as problem:
-            responses.append(bad_request_response(raw, problem))
-            continue
-        if request.group_id != group_id:
-            responses.append(
-                error_response(
-                    request,
-                    Error.INVALID_REQUEST,
-                    f"request for group {request.group_id!r} reached group {group_id!r}",
-                )
-            )
-            continue
-        if request.api not in GROUP_APIS:
-            responses.append(
-                error_response(
-                    request,
-                    Error.INVALID_REQUEST,
-                    f"{request.api} is answered above the groups, not by a group's step",
-                )
-            )
-            continue
-        error = precheck(request, config)
-        if error is not None:
-            responses.append(
-                error_response(request, error, precheck_message(error, request, config))
-            )
-            continue
-        try:
-            serve(ctx, request)
-        except Exception as exc:  # as in GroupCoordinator.handle
-            internal_errors.append(f"{request.api} {request.request_id!r}: {exc!r}")
-            responses.append(
-                error_response(request, Error.UNKNOWN_SERVER_ERROR, f"internal error: {exc}")
-            )
+            fire_due_timers(ctx)
+        except Exception as exc:  # an engine bug must not take the stream down with it
+            internal_errors.append(f"timers of {group_id!r}: {exc!r}")
+
+    fire()
+    for index, raw in enumerate(requests):
+        at = arrived(index)
+        if at > ctx.now_ms:
+            ctx.now_ms = at
+            fire()
+        _serve_raw(ctx, raw, config, responses, internal_errors)
+    if now_ms > ctx.now_ms:
+        ctx.now_ms = now_ms
+        fire()
     if ctx.group is not None:
         ctx.group.timer_seq = counter[0]
+        ctx.group.clock_ms = ctx.now_ms
         head = ctx.group.next_timer()
         next_deadline = None if head is None else head[0]
     else:
         next_deadline = None
     return StepResult(ctx.group, responses, records, next_deadline, internal_errors)
+
+
+def _serve_raw(
+    ctx: GroupContext,
+    raw: Any,
+    config: CoordinatorConfig,
+    responses: list[dict[str, Any]],
+    internal_errors: list[str],
+) -> None:
+    """Parse, check and serve one raw request on the context's group at its clock."""
+    group_id = ctx.group_id
+    try:
+        request = parse(raw)
+    except BadRequest as problem:
+        responses.append(bad_request_response(raw, problem))
+        return
+    if request.group_id != group_id:
+        responses.append(
+            error_response(
+                request,
+                Error.INVALID_REQUEST,
+                f"request for group {request.group_id!r} reached group {group_id!r}",
+            )
+        )
+        return
+    if request.api not in GROUP_APIS:
+        responses.append(
+            error_response(
+                request,
+                Error.INVALID_REQUEST,
+                f"{request.api} is answered above the groups, not by a group's step",
+            )
+        )
+        return
+    error = precheck(request, config)
+    if error is not None:
+        responses.append(error_response(request, error, precheck_message(error, request, config)))
+        return
+    try:
+        serve(ctx, request)
+    except Exception as exc:  # as in GroupCoordinator.handle
+        internal_errors.append(f"{request.api} {request.request_id!r}: {exc!r}")
+        responses.append(
+            error_response(request, Error.UNKNOWN_SERVER_ERROR, f"internal error: {exc}")
+        )

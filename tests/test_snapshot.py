@@ -166,6 +166,7 @@ def hand_built() -> ClassicGroup:
         timer_heap=heap,
         timer_seq=14,
         rebalance_reason="Removing member gone-9 on LeaveGroup; client reason: \u00e9t\u00e9",
+        clock_ms=1_700_000_000_300,
     )
 
 
@@ -183,7 +184,7 @@ def test_the_model_has_exactly_the_fields_the_snapshot_knows() -> None:
             "protocol_type", "protocol_name", "leader_id", "members", "static_members",
             "pending_members", "pending_sync_members", "num_awaiting_join",
             "supported_protocols", "subscribed_topics", "new_member_added", "offsets", "timers",
-            "timer_heap", "timer_seq", "rebalance_reason",
+            "timer_heap", "timer_seq", "rebalance_reason", "clock_ms",
         ],
         "Member": [
             "member_id", "group_instance_id", "client_id", "client_host", "rebalance_timeout_ms",
@@ -338,7 +339,7 @@ def test_a_member_stored_under_another_key_keeps_its_key() -> None:
 
 def test_identical_groups_encode_identically_and_the_version_comes_first() -> None:
     assert encode_group(hand_built()) == encode_group(hand_built())
-    assert encode_group(hand_built())[0] == SNAPSHOT_VERSION == 2
+    assert encode_group(hand_built())[0] == SNAPSHOT_VERSION == 3
 
 
 #: A version-1 blob as this release wrote it: later releases must still read it.
@@ -408,10 +409,43 @@ GOLDEN_V2 = bytes.fromhex(
 def test_a_version_2_blob_holds_the_rebalance_reason() -> None:
     group = golden_group()
     group.rebalance_reason = "why"
-    blob = encode_group(group)
-    # To refresh GOLDEN_V2 after a deliberate v2 change (there should be none): print(blob.hex())
-    assert blob == GOLDEN_V2, blob.hex()
+    # GOLDEN_V2 is frozen: version 2 is no longer written, only read (without a clock).
     assert decode_group(GOLDEN_V2) == group
+    assert decode_group(GOLDEN_V2).clock_ms is None
+
+
+#: Version 3 appends the group's clock to version 2's body.
+GOLDEN_V3 = bytes.fromhex(
+    "03"  # version 3
+    "00"  # codec: raw body
+    "0667"
+    "81a0abfef962"
+    "0302"
+    "02"
+    "22636f6e73756d6572"
+    "1672616e6765"
+    "00"
+    "00000000"
+    "00"
+    "00"
+    "00"
+    "00"
+    "000000"
+    "00"  # version 1's body, as in GOLDEN_V1
+    "0e776879"  # rebalance_reason "why", as in GOLDEN_V2
+    "e907"  # clock_ms: zigzag + 1 of its difference from the last time written (+500 ms)
+    "ed1ba6a0"  # CRC-32
+)
+
+
+def test_a_version_3_blob_holds_the_clock() -> None:
+    group = golden_group()
+    group.rebalance_reason = "why"
+    group.clock_ms = 1_700_000_000_500
+    blob = encode_group(group)
+    # To refresh GOLDEN_V3 after a deliberate v3 change (there should be none): print(blob.hex())
+    assert blob == GOLDEN_V3, blob.hex()
+    assert decode_group(GOLDEN_V3) == group
 
 
 #: Real version-1 blobs, written by the release before version 2 (``encode_group`` of
@@ -464,16 +498,17 @@ def v1_engine_group() -> ClassicGroup:
 
 def test_real_version_1_blobs_still_decode_without_a_reason() -> None:
     assert HAND_BUILT_V1[0] == ENGINE_V1[0] == 1
-    old = dataclasses.replace(hand_built(), rebalance_reason=None)
+    old = dataclasses.replace(hand_built(), rebalance_reason=None, clock_ms=None)
     assert decode_group(HAND_BUILT_V1) == old
     live = v1_engine_group()
     assert live.rebalance_reason is not None  # today's engine records why it rebalanced
     decoded = decode_group(ENGINE_V1)
     assert decoded.rebalance_reason is None
-    assert decoded == dataclasses.replace(live, rebalance_reason=None)
-    # A decoded version-1 group is written back as version 2.
+    assert decoded.clock_ms is None
+    assert decoded == dataclasses.replace(live, rebalance_reason=None, clock_ms=None)
+    # A decoded version-1 group is written back in the newest version.
     assert decode_group(encode_group(decoded)) == decoded
-    assert encode_group(decoded)[0] == 2
+    assert encode_group(decoded)[0] == SNAPSHOT_VERSION
 
 
 # -- corrupt input --------------------------------------------------------------------------------
@@ -484,7 +519,7 @@ def test_empty_bytes() -> None:
         decode_group(b"")
 
 
-@pytest.mark.parametrize("version", [0, 3, 127, 300])
+@pytest.mark.parametrize("version", [0, 4, 127, 300])
 def test_unknown_versions(version: int) -> None:
     blob = bytearray(encode_group(hand_built()))
     varint = bytearray()
@@ -552,7 +587,7 @@ def test_random_bodies_in_a_valid_frame(body: bytes, codec: int) -> None:
 def test_a_body_with_bytes_left_over() -> None:
     blob = encode_group(golden_group())
     with pytest.raises(SnapshotError, match="left over"):
-        decode_group(frame_v1(0, blob[2:-4] + b"\x00", version=2))
+        decode_group(frame_v1(0, blob[2:-4] + b"\x00", version=SNAPSHOT_VERSION))
 
 
 # -- real engine states ---------------------------------------------------------------------------

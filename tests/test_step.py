@@ -3,9 +3,16 @@
 from __future__ import annotations
 
 import copy
+import itertools
 from typing import Any
 
+import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
 from coordinator import CoordinatorConfig, GroupCoordinator, SequentialIds, step
+from coordinator.group.snapshot import decode_group, encode_group
+from coordinator.log import records as log
 from tests.support import protocols
 
 CONFIG = CoordinatorConfig(group_initial_rebalance_delay_ms=100, group_min_session_timeout_ms=10)
@@ -104,3 +111,318 @@ def test_steps_and_the_facade_agree() -> None:
         key=lambda r: (r["group_id"], r["timestamp_ms"], repr(r["key"])),
     )
     assert strip(step_records) == strip(facade_records)
+
+
+# --- requests served at their arrival times ------------------------------------------------------
+
+
+def heartbeat(rid: str, member: str, generation: int, group: str = "g") -> dict[str, Any]:
+    return {
+        "api": "heartbeat",
+        "request_id": rid,
+        "group_id": group,
+        "member_id": member,
+        "group_instance_id": None,
+        "generation_id": generation,
+    }
+
+
+def describe(rid: str, group: str = "g") -> dict[str, Any]:
+    return {"api": "describe_groups", "request_id": rid, "group_id": group}
+
+
+def stable_pair() -> tuple[Any, list[str], int, int]:
+    """Two members (sessions of 1000 ms) joined and synced through steps: (group, member ids,
+    generation, the time of the last step)."""
+    ids = SequentialIds()
+    first = step(None, "g", [join("j1", "g"), join("j2", "g")], 0, CONFIG, ids)
+    members = [r["member_id"] for r in first.responses]  # JoinGroup v9: MEMBER_ID_REQUIRED
+    rejoined = step(
+        first.group, "g", [join(f"k{i}", "g", m) for i, m in enumerate(members)], 10, CONFIG, ids
+    )
+    # The initial rebalance delay (100 ms), extended once since a second member joined in it.
+    joined = step(rejoined.group, "g", [], 110, CONFIG, ids)
+    if not joined.responses:
+        assert joined.next_deadline_ms is not None
+        joined = step(joined.group, "g", [], joined.next_deadline_ms, CONFIG, ids)
+    assert len(joined.responses) == 2, joined.responses
+    generation = joined.responses[0]["generation_id"]
+    leader = joined.responses[0]["leader"]
+    assignments = [{"member_id": m, "assignment": m.encode()} for m in members]
+    syncs = [
+        {
+            "api": "sync_group",
+            "request_id": f"s{i}",
+            "group_id": "g",
+            "member_id": m,
+            "group_instance_id": None,
+            "generation_id": generation,
+            "protocol_type": "consumer",
+            "protocol_name": "range",
+            "assignments": assignments if m == leader else [],
+        }
+        for i, m in enumerate(members)
+    ]
+    assert joined.group is not None and joined.group.clock_ms is not None
+    at = joined.group.clock_ms + 10
+    synced = step(joined.group, "g", syncs, at, CONFIG, ids)
+    assert [r["error"] for r in synced.responses] == [None, None]
+    assert synced.group is not None and synced.group.state.value == "Stable"
+    return synced.group, members, generation, at
+
+
+def test_a_heartbeat_that_arrived_before_the_session_deadline_keeps_the_member() -> None:
+    """The job lags: a heartbeat reaches the inbox before the member's session deadline but is
+    read after it. Served at its arrival time, it keeps the member; served at the batch's time
+    (no arrival), the member would have been expired first."""
+    group, (a, b), generation, _ = stable_pair()
+    sessions = {m: group.timers[f"heartbeat-{m}"].deadline_ms for m in (a, b)}
+    first = min(sessions, key=lambda m: sessions[m])
+    deadline = sessions[first]
+    late = deadline + 900  # the batch that reads the heartbeats runs 0.9 s after the deadline
+    beats = [heartbeat("h-a", a, generation), heartbeat("h-b", b, generation)]
+
+    on_time = step(
+        copy.deepcopy(group),
+        "g",
+        beats,
+        late,
+        CONFIG,
+        SequentialIds(),
+        [deadline - 5, deadline - 1],
+    )
+    assert [(r["request_id"], r["error"]) for r in on_time.responses] == [
+        ("h-a", None),
+        ("h-b", None),
+    ]
+    assert on_time.group is not None and on_time.group.state.value == "Stable"
+    assert list(on_time.group.members) == [a, b]
+    assert on_time.records == []  # no rebalance, nothing to log
+    # Their sessions run from their arrival, not from the batch's time.
+    assert on_time.next_deadline_ms == deadline - 5 + 1_000
+    assert on_time.group.clock_ms == late
+
+    read_late = step(copy.deepcopy(group), "g", beats, late, CONFIG, SequentialIds())
+    assert {r["request_id"]: r["error"] for r in read_late.responses} == {
+        "h-a": "UNKNOWN_MEMBER_ID",
+        "h-b": "UNKNOWN_MEMBER_ID",
+    }
+
+    # A heartbeat that arrived after the deadline does not save its member.
+    beat = heartbeat("h", first, generation)
+    too_late = step(
+        copy.deepcopy(group), "g", [beat], late, CONFIG, SequentialIds(), [deadline + 1]
+    )
+    assert too_late.responses[0]["error"] == "UNKNOWN_MEMBER_ID"
+
+
+def test_timers_fire_between_requests_in_time_order() -> None:
+    """A rejoin starts a rebalance whose join purgatory expires (rebalance timeout 2000 ms)
+    between a heartbeat and a describe of the same batch: the follower, which never rejoined,
+    is removed at the describe's time, before the describe is served."""
+    group, (a, b), generation, at = stable_pair()
+    rejoin_at, beat_at, describe_at, now = at + 10, at + 20, at + 2_500, at + 3_000
+    result = step(
+        group,
+        "g",
+        [join("r", "g", a), heartbeat("h-b", b, generation), describe("d")],
+        now,
+        CONFIG,
+        SequentialIds(),
+        [rejoin_at, beat_at, describe_at],
+    )
+    answers = [(r["request_id"], r["error"]) for r in result.responses]
+    # The heartbeat sees the rebalance; the join completes (with a alone) before the describe.
+    assert answers == [("h-b", "REBALANCE_IN_PROGRESS"), ("r", None), ("d", None)]
+    described = result.responses[2]
+    assert described["group_state"] == "CompletingRebalance"
+    assert [m["member_id"] for m in described["members"]] == [a]
+    assert result.responses[1]["generation_id"] == generation + 1
+    # The timer fired at the clock it was advanced to: the describe's arrival.
+    assert result.group is not None
+    assert result.group.current_state_timestamp_ms == describe_at
+    # Then the timers armed by the completion run from there: a's new session first.
+    assert result.next_deadline_ms == describe_at + 1_000
+
+
+def test_the_clock_never_goes_backwards() -> None:
+    """A request that arrived before the group's last step (or a batch whose time is behind the
+    group's clock) is served at the group's clock."""
+    group, (a, _), generation, at = stable_pair()
+    ahead = step(group, "g", [], at + 500, CONFIG, SequentialIds())
+    assert ahead.group is not None and ahead.group.clock_ms == at + 500
+    commit = {
+        "api": "offset_commit",
+        "request_id": "c",
+        "group_id": "g",
+        "member_id": a,
+        "generation_id": generation,
+        "offsets": [{"topic": "t", "partition": 0, "offset": 7, "metadata": ""}],
+    }
+    # Arrived at +100 but read after a step at +500; and this batch's time is behind (+400).
+    behind = step(ahead.group, "g", [commit], at + 400, CONFIG, SequentialIds(), [at + 100])
+    assert behind.responses[0]["error"] is None
+    (record,) = behind.records
+    assert record["commit_timestamp_ms"] == record["timestamp_ms"] == at + 500
+    assert behind.group is not None and behind.group.clock_ms == at + 500
+
+
+def test_requests_at_one_instant_are_served_together() -> None:
+    """Without arrival times (or with equal ones) every request of a step is served at one
+    instant, after the timers due by then, as one batch: two new members whose initial
+    rebalance delay is 0 join one generation."""
+    config = CoordinatorConfig(group_initial_rebalance_delay_ms=0, group_min_session_timeout_ms=10)
+    for arrivals in (None, [5, 5]):
+        ids = SequentialIds()
+        joins = [join("a", "g", version=3), join("b", "g", version=3)]
+        first = step(None, "g", joins, 5, config, ids, arrivals)
+        assert first.responses == [] and first.next_deadline_ms == 5
+        done = step(first.group, "g", [], 6, config, ids)
+        assert {r["request_id"] for r in done.responses} == {"a", "b"}
+        assert {r["generation_id"] for r in done.responses} == {1}
+
+
+def test_arrival_times_must_match_the_requests() -> None:
+    with pytest.raises(ValueError, match="2 arrival times for 1 requests"):
+        step(None, "g", [join("a", "g")], 0, CONFIG, SequentialIds(), [0, 0])
+
+
+def test_a_step_with_arrival_times_is_deterministic() -> None:
+    group, (a, b), generation, at = stable_pair()
+    requests = [heartbeat("h-a", a, generation), join("r", "g", b), describe("d")]
+    arrivals = [at + 900, at + 1_500, at + 4_000]
+    blob = encode_group(group)
+    first = step(decode_group(blob), "g", requests, at + 5_000, CONFIG, SequentialIds(), arrivals)
+    again = step(decode_group(blob), "g", requests, at + 5_000, CONFIG, SequentialIds(), arrivals)
+    assert (first.responses, first.records, first.next_deadline_ms) == (
+        again.responses,
+        again.records,
+        again.next_deadline_ms,
+    )
+    assert first.group is not None and again.group is not None
+    assert encode_group(first.group) == encode_group(again.group)
+
+
+# The facade serves each request at its own time (``handle(request, at)``): a run of per-group
+# steps with arrival times must give exactly what the facade gives for the same timeline, however
+# the requests are cut into batches and however late each batch runs.
+
+TIMELINE_CONFIG = CoordinatorConfig(
+    group_initial_rebalance_delay_ms=50,
+    group_min_session_timeout_ms=10,
+    offsets_retention_check_interval_ms=5_000,
+    offsets_retention_minutes=1,
+)
+
+
+def timeline_request(data: st.DataObject, rid: str, facade: GroupCoordinator) -> dict[str, Any]:
+    group = facade.group("g")
+    members = list(group.members) if group is not None else []
+    generation = group.generation_id if group is not None else 0
+    member = data.draw(st.sampled_from([*members * 3, "", "bogus"]))  # mostly a real member
+    gen = data.draw(st.sampled_from([generation, generation, generation - 1]))
+    kind = data.draw(
+        st.sampled_from(
+            ["join", "join", "heartbeat", "heartbeat", "sync", "leave", "commit", "describe"]
+        )
+    )
+    if kind == "join":
+        request = join(rid, "g", member, version=data.draw(st.sampled_from([3, 9])))
+        request["session_timeout_ms"] = data.draw(st.sampled_from([100, 1_000, 3_000]))
+        request["rebalance_timeout_ms"] = data.draw(st.sampled_from([60, 300]))
+        return request
+    if kind == "heartbeat":
+        return heartbeat(rid, member, gen)
+    if kind == "sync":
+        if group is not None and group.leader_id is not None and data.draw(st.booleans()):
+            member, gen = group.leader_id, generation
+        return {
+            "api": "sync_group",
+            "request_id": rid,
+            "group_id": "g",
+            "member_id": member,
+            "group_instance_id": None,
+            "generation_id": gen,
+            "protocol_type": "consumer",
+            "protocol_name": "range",
+            "assignments": [{"member_id": m, "assignment": m.encode()} for m in members],
+        }
+    if kind == "leave":
+        return {
+            "api": "leave_group",
+            "request_id": rid,
+            "group_id": "g",
+            "member_id": member,
+            "api_version": 2,
+        }
+    if kind == "commit":
+        return {
+            "api": "offset_commit",
+            "request_id": rid,
+            "group_id": "g",
+            "member_id": member,
+            "generation_id": gen,
+            "offsets": [{"topic": "t", "partition": 0, "offset": len(rid), "metadata": ""}],
+        }
+    return describe(rid)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_steps_with_arrival_times_give_the_facades_run(data: st.DataObject) -> None:
+    facade = GroupCoordinator(TIMELINE_CONFIG, id_source=SequentialIds())
+    facade_out: list[dict[str, Any]] = []
+    batches: list[tuple[list[dict[str, Any]], list[int], int]] = []
+    arrival, rids = 0, itertools.count()
+    for _ in range(data.draw(st.integers(1, 8), label="batches")):
+        requests: list[dict[str, Any]] = []
+        arrivals: list[int] = []
+        for _ in range(data.draw(st.integers(0, 6), label="requests")):
+            # Strictly increasing arrivals; a batch may still run after later ones arrived
+            # (they then wait for the next batch, which serves them at the group's clock).
+            arrival += data.draw(st.integers(1, 400), label="gap")
+            if facade.group("g") is None:
+                # No group, no clock: the facade's one clock outlives its groups.
+                arrival = max(arrival, facade.now_ms + 1)
+            facade_out += facade.advance(arrival)  # as handle would: draw from what it sees
+            request = timeline_request(data, f"r{next(rids)}", facade)
+            requests.append(request)
+            arrivals.append(arrival)
+            facade_out += facade.handle(copy.deepcopy(request), arrival)
+        now = arrival + data.draw(st.integers(0, 2_500), label="lag")
+        facade_out += facade.advance(now)
+        batches.append((requests, arrivals, now))
+
+    group = None
+    ids = SequentialIds()
+    step_out: list[dict[str, Any]] = []
+    step_records: list[dict[str, Any]] = []
+    for requests, arrivals, now in batches:
+        result = step(group, "g", copy.deepcopy(requests), now, TIMELINE_CONFIG, ids, arrivals)
+        assert not result.internal_errors
+        group = result.group
+        step_out += result.responses
+        step_records += result.records
+
+    assert step_out == facade_out
+    event(f"group {'gone' if group is None else group.state.value}")
+    if any(r["error"] == "UNKNOWN_MEMBER_ID" and r["api"] == "heartbeat" for r in step_out):
+        event("a heartbeat met an expired or unknown member")
+    if any(r["api"] == "sync_group" and r["error"] is None for r in step_out):
+        event("a sync succeeded")
+    facade_records = facade.drain_records()
+    unnumbered = lambda records: [  # noqa: E731
+        {k: v for k, v in r.items() if k != "offset"} for r in records
+    ]
+    assert unnumbered(step_records) == unnumbered(facade_records)
+    live = facade.group("g")
+    assert log.durable_view(group) == log.durable_view(live)
+    if group is not None and live is not None:
+        assert group.state == live.state
+        assert {k: t.deadline_ms for k, t in group.timers.items()} == {
+            k: t.deadline_ms for k, t in live.timers.items()
+        }
+        # State changes only by replaying the records it produced: at rest, a load agrees.
+        if group.state.value in ("Stable", "Empty") and step_records:
+            loaded = log.replay(step_records, batches[-1][2]).get("g")
+            assert log.durable_view(loaded) == log.durable_view(group)

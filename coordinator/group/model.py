@@ -137,6 +137,11 @@ class ClassicGroup:
     #: started. Transient, like PreparingRebalance itself: no log record carries it, so a group
     #: loaded from the log has None (the snapshot blob keeps it).
     rebalance_reason: str | None = None
+    #: The group's clock at the end of its last :func:`coordinator.step.step`: a later step
+    #: never runs the group at an earlier time (a request that arrived earlier is served at this
+    #: time). None until a step has run (a group loaded from the log; the facade's groups, which
+    #: share the facade's one clock). Transient: no log record carries it.
+    clock_ms: int | None = None
 
     # -- states -------------------------------------------------------------------------------
 

@@ -7,10 +7,10 @@ stale timer-heap entries and every dict's order included, so a step continues fr
 copy exactly as it would have from the original; and equal groups encode to the same bytes (with
 the same zlib: the uncompressed body is canonical, zlib's output may differ between its builds).
 
-Blob layout (versions 1 and 2)::
+Blob layout (versions 1 to 3)::
 
-    version    unsigned varint (2; 1 from older releases); decode_group dispatches on it, so a
-               later release can still read this layout after it writes a newer one
+    version    unsigned varint (3; 1 and 2 from older releases); decode_group dispatches on
+               it, so a later release can still read this layout after it writes a newer one
     codec      1 byte: 0 = body stored as is, 1 = body zlib-compressed
     body       the group (below), compressed when that makes the blob smaller
     crc        4 bytes, big-endian CRC-32 of everything before it
@@ -18,7 +18,8 @@ Blob layout (versions 1 and 2)::
 The body is the fields of each dataclass in declaration order, one writer and one reader per
 dataclass (``_write_member`` / ``_read_member_v1``, ...), built from these primitives. Version 2
 appends one field to version 1's body, the group's ``rebalance_reason`` (an ``opt_text``); a
-version-1 blob decodes with ``rebalance_reason`` None.
+version-1 blob decodes with ``rebalance_reason`` None. Version 3 appends the group's
+``clock_ms`` (an ``opt_time``) to version 2's body; older blobs decode with ``clock_ms`` None.
 
 - ``uint``: unsigned LEB128 varint of up to 2048 bytes (Python ints are unbounded; 14336 bits
   is more than Python parses from a string); counts and enum codes.
@@ -65,7 +66,7 @@ from coordinator.group.states import GroupState
 
 __all__ = ["SNAPSHOT_VERSION", "SnapshotError", "decode_group", "encode_group"]
 
-SNAPSHOT_VERSION = 2
+SNAPSHOT_VERSION = 3
 """The layout :func:`encode_group` writes (the blob's first byte)."""
 
 
@@ -73,9 +74,9 @@ class SnapshotError(ValueError):
     """The bytes are not a group snapshot this release can read (unknown version, corrupt)."""
 
 
-# -- constants of versions 1 and 2 -----------------------------------------------------------------
+# -- constants of versions 1 to 3 ------------------------------------------------------------------
 
-#: Group states by their code in versions 1 and 2 (the position in this tuple).
+#: Group states by their code in versions 1 to 3 (the position in this tuple).
 _STATES_V1: tuple[GroupState, ...] = (
     GroupState.EMPTY,
     GroupState.PREPARING_REBALANCE,
@@ -396,13 +397,14 @@ class _In:
         raise SnapshotError(f"corrupt snapshot: unknown value tag {tag}")
 
 
-# -- versions 1 and 2: one writer and one reader per dataclass -------------------------------------
+# -- versions 1 to 3: one writer and one reader per dataclass --------------------------------------
 #
 # The writers write the newest layout (SNAPSHOT_VERSION). To change it: bump SNAPSHOT_VERSION,
 # change the writers, add ``_read_*_v<N>`` readers where the layout changed and an entry in
 # ``_DECODERS``, and keep every older reader (with the primitives it uses) so that older
-# checkpoints still load. Version 2 changed only the group (``_read_group_v2``); members,
-# offsets, timers and parked requests are still read by their version-1 readers.
+# checkpoints still load. Versions 2 and 3 changed only the group (``_read_group_v2``,
+# ``_read_group_v3``); members, offsets, timers and parked requests are still read by their
+# version-1 readers.
 
 
 def _write_parked(out: _Out, parked: ParkedRequest) -> None:
@@ -546,6 +548,8 @@ def _write_group(out: _Out, group: ClassicGroup) -> None:
     out.seq(group.timer_seq)
     # Version 2.
     out.opt_text(group.rebalance_reason)
+    # Version 3.
+    out.opt_time(group.clock_ms)
 
 
 def _read_members_v1(inp: _In) -> dict[str, Member]:
@@ -597,6 +601,12 @@ def _read_group_v2(inp: _In) -> ClassicGroup:
     return group
 
 
+def _read_group_v3(inp: _In) -> ClassicGroup:
+    group = _read_group_v2(inp)
+    group.clock_ms = inp.opt_time()
+    return group
+
+
 # -- framing ---------------------------------------------------------------------------------------
 
 
@@ -635,6 +645,11 @@ def _decode_v2(blob: bytes, pos: int) -> ClassicGroup:
     return _decode_framed(blob, pos, _read_group_v2)
 
 
+def _decode_v3(blob: bytes, pos: int) -> ClassicGroup:
+    """Version 3: version 1's frame around version 3's body."""
+    return _decode_framed(blob, pos, _read_group_v3)
+
+
 def _decode_framed(
     blob: bytes, pos: int, read_group: Callable[[_In], ClassicGroup]
 ) -> ClassicGroup:
@@ -669,6 +684,7 @@ def _decode_framed(
 _DECODERS: dict[int, Callable[[bytes, int], ClassicGroup]] = {
     1: _decode_v1,
     2: _decode_v2,
+    3: _decode_v3,
 }
 
 
