@@ -4,9 +4,13 @@ files released only once committed (coordinator/stream/source.py)."""
 from __future__ import annotations
 
 import json
+import os
+from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from coordinator.stream.source import (
     SEQUENCE_FILE,
@@ -15,17 +19,24 @@ from coordinator.stream.source import (
     MissingInboxFiles,
     Offset,
     SequencedInbox,
+    arrival_of,
     committed_offset,
     parse_sequenced,
     read_file,
 )
 
+#: A listing time for tests that set files' modification times.
+T0 = 1_800_000_000_000
 
-def drop(inbox: Path, name: str, text: str = "{}\n") -> Path:
-    """A request file dropped the documented way: written hidden, renamed in."""
+
+def drop(inbox: Path, name: str, text: str = "{}\n", mtime_ms: int | None = None) -> Path:
+    """A request file dropped the documented way: written hidden (finished at ``mtime_ms``, when
+    given), renamed in."""
     inbox.mkdir(parents=True, exist_ok=True)
     tmp = inbox / f".{name}.tmp"
     tmp.write_text(text)
+    if mtime_ms is not None:
+        os.utime(tmp, ns=(mtime_ms * 1_000_000, mtime_ms * 1_000_000))
     return tmp.rename(inbox / name)
 
 
@@ -37,20 +48,141 @@ def originals(paths: list[Path]) -> list[str]:
     return [parse_sequenced(p.name)[1] for p in paths]  # type: ignore[index]
 
 
+def numbered(paths: Iterable[Path]) -> list[tuple[int, str]]:
+    """(sequence number, original name) of sequenced files, in sequence order."""
+    return sorted(parse_sequenced(p.name) for p in paths)  # type: ignore[type-var]
+
+
+class Clock:
+    """A listing clock the test moves by hand (epoch milliseconds)."""
+
+    def __init__(self, now_ms: int = T0) -> None:
+        self.now_ms = now_ms
+
+    def __call__(self) -> int:
+        return self.now_ms
+
+
 @pytest.fixture
 def inbox(tmp_path: Path) -> SequencedInbox:
     return SequencedInbox(tmp_path / "inbox", tmp_path / "archive", "archive")
 
 
-def test_files_get_numbers_in_name_order_and_hidden_files_wait(inbox: SequencedInbox):
-    drop(inbox.inbox, "b.jsonl")
-    drop(inbox.inbox, "a.jsonl")
+def test_files_get_numbers_in_arrival_then_name_order_and_hidden_files_wait(tmp_path: Path):
+    clock = Clock()
+    inbox = SequencedInbox(tmp_path / "inbox", tmp_path / "archive", "archive", clock)
+    inbox.discover()  # a listing that found nothing, at T0
+    drop(inbox.inbox, "b.jsonl", mtime_ms=T0 + 50)
+    drop(inbox.inbox, "a.jsonl", mtime_ms=T0 + 50)
+    drop(inbox.inbox, "z.jsonl", mtime_ms=T0 + 20)
     (inbox.inbox / ".c.jsonl.tmp").write_text("half")
     (inbox.inbox / "_d.jsonl").write_text("{}\n")
+    clock.now_ms = T0 + 100
     files, end = inbox.next_batch(inbox.initial(), 100)
-    assert names(files) == ["0000000000000001-a.jsonl", "0000000000000002-b.jsonl"]
-    assert end == Offset(2, 2)
+    assert names(files) == [
+        f"0000000000000001@{T0 + 20}-z.jsonl",
+        f"0000000000000002@{T0 + 50}-a.jsonl",
+        f"0000000000000003@{T0 + 50}-b.jsonl",
+    ]
+    assert [arrival_of(str(f)) for f in files] == [T0 + 20, T0 + 50, T0 + 50]
+    assert end == Offset(3, 3)
     assert sorted(p.name for p in inbox.inbox.iterdir()) == [".c.jsonl.tmp", "_d.jsonl", SEQUENCED]
+
+
+def test_an_arrival_is_clamped_between_the_previous_listing_and_this_one(tmp_path: Path):
+    clock = Clock()
+    inbox = SequencedInbox(tmp_path / "inbox", None, "off", clock)
+    drop(inbox.inbox, "first.jsonl", mtime_ms=T0 - 60_000)  # no listing before: as it is
+    inbox.discover()
+    clock.now_ms = T0 + 1_000
+    drop(inbox.inbox, "backdated.jsonl", mtime_ms=T0 - 5_000)  # before the last listing
+    drop(inbox.inbox, "inside.jsonl", mtime_ms=T0 + 400)
+    drop(inbox.inbox, "ahead.jsonl", mtime_ms=T0 + 90_000)  # a writer's clock ahead of ours
+    inbox.discover()
+    stamped = {parse_sequenced(p.name)[1]: arrival_of(p.name) for p in inbox.sequenced.glob("0*")}  # type: ignore[index]
+    assert stamped == {
+        "first.jsonl": T0 - 60_000,
+        "backdated.jsonl": T0,
+        "inside.jsonl": T0 + 400,
+        "ahead.jsonl": T0 + 1_000,
+    }
+    # Another process (a restarted job) starts from the last listing that sequenced files, and
+    # a listing clock that went backwards does not take the stamps back with it.
+    again = SequencedInbox(inbox.inbox, None, "off", Clock(T0 + 500))
+    drop(inbox.inbox, "later.jsonl", mtime_ms=T0 + 200)
+    again.discover()
+    (later,) = [p for p in inbox.sequenced.glob("0*") if p.name.endswith("-later.jsonl")]
+    assert later.name == f"0000000000000005@{T0 + 1_000}-later.jsonl"
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    listings=st.lists(
+        st.tuples(
+            st.integers(-2_000, 2_000),  # how far the listing clock moves (even backwards)
+            st.lists(st.integers(-5_000, 5_000), max_size=4),  # files' mtimes around it
+        ),
+        min_size=1,
+        max_size=6,
+    )
+)
+def test_stamps_never_decrease_along_the_sequence(tmp_path_factory, listings):
+    clock = Clock()
+    inbox = SequencedInbox(tmp_path_factory.mktemp("inbox"), None, "off", clock)
+    previous = None
+    count = 0
+    for move, mtimes in listings:
+        clock.now_ms += move
+        for offset in mtimes:
+            count += 1
+            drop(inbox.inbox, f"f{count}.jsonl", mtime_ms=clock.now_ms + offset)
+        inbox.discover()
+        listed = clock.now_ms if previous is None else max(previous, clock.now_ms)
+        stamps = [arrival_of(p.name) for p in sorted(inbox.sequenced.glob("0*"))]
+        new = stamps[len(stamps) - len(mtimes) :] if mtimes else []
+        assert all(s is not None and s <= listed for s in new)
+        if previous is not None:
+            assert all(s is not None and s >= previous for s in new)
+        previous = listed
+    stamps = [arrival_of(p.name) for p in sorted(inbox.sequenced.glob("0*"))]
+    assert stamps == sorted(stamps)  # type: ignore[type-var]
+    assert len(stamps) == count
+
+
+def test_the_stamp_survives_the_archive_and_a_re_run(tmp_path: Path):
+    clock = Clock()
+    inbox = SequencedInbox(tmp_path / "inbox", tmp_path / "archive", "archive", clock)
+    inbox.discover()
+    drop(inbox.inbox, "a.jsonl", "one\n", mtime_ms=T0 + 7)
+    clock.now_ms = T0 + 30
+    reader = InboxReader(inbox, max_files=10)
+    start = {"inbox_seq": 0, "inbox_files": 0}
+    rows, end = reader.read(start)
+    ((label, _),) = list(rows)
+    assert arrival_of(label) == T0 + 7  # from the rows' file: URI, whose "@" is escaped
+    reader.commit(end)  # archived under its sequenced name
+    assert [arrival_of(p.name) for p in inbox.archive.iterdir()] == [T0 + 7]  # type: ignore[union-attr]
+    # A re-run of the batch (a new process, a later clock) reads the same label, same stamp.
+    rerun = InboxReader(
+        SequencedInbox(inbox.inbox, inbox.archive, "archive", Clock(T0 + 9_000)), 10
+    )
+    assert [arrival_of(row[0]) for row in rerun.readBetweenOffsets(start, end)] == [T0 + 7]
+
+
+def test_a_file_sequenced_by_an_older_release_has_no_arrival(inbox: SequencedInbox):
+    inbox.sequenced.mkdir(parents=True)
+    (inbox.sequenced / "0000000000000001-old.jsonl").write_text("{}\n")
+    start = inbox.initial()
+    assert start == Offset(0, 0)
+    files, end = inbox.next_batch(start, 10)
+    assert names(files) == ["0000000000000001-old.jsonl"]
+    assert [label for label, _ in inbox.between(start, end)] == files
+    assert arrival_of(read_file(files[0])[0]) is None
+    # Nor does anything that is not a sequenced file (a bootstrap file, a local batch).
+    assert arrival_of("file:///w/bootstrap/run-1/part-00000.jsonl") is None
+    assert arrival_of("0000000000000001-@5-x.jsonl") is None  # an original name "@5-x.jsonl"
+    assert parse_sequenced("0000000000000001-@5-x.jsonl") == (1, "@5-x.jsonl")
+    assert parse_sequenced("0000000000000001@5-x.jsonl") == (1, "x.jsonl")
 
 
 def test_a_late_file_with_a_smaller_name_is_read_next(inbox: SequencedInbox):
@@ -110,7 +242,7 @@ def test_a_gap_in_the_numbers_is_not_a_missing_file(inbox: SequencedInbox):
     restarted = SequencedInbox(inbox.inbox, inbox.archive, "archive")
     start = Offset(0, 0)
     files, end = restarted.next_batch(start, 100)
-    assert names(files) == ["0000000000000002-a.jsonl"]
+    assert numbered(files) == [(2, "a.jsonl")]
     assert end == Offset(2, 1)
     assert [label for label, _ in restarted.between(start, end)] == files
 
@@ -125,7 +257,7 @@ def test_numbers_are_never_reused_once_every_file_is_gone(tmp_path: Path):
     assert again.initial() == Offset(1, 0)
     drop(inbox.inbox, "b.jsonl")
     files, _ = again.next_batch(again.initial(), 100)
-    assert names(files) == ["0000000000000002-b.jsonl"]
+    assert numbered(files) == [(2, "b.jsonl")]
 
 
 def test_a_new_checkpoint_starts_before_files_still_waiting(inbox: SequencedInbox):
@@ -165,7 +297,7 @@ def test_the_reader_speaks_spark_offsets(inbox: SequencedInbox):
     assert list(reader.readBetweenOffsets(start, end)) == rows
     assert reader.read(end)[1] == end  # nothing new: the offset stays
     reader.commit(end)
-    assert [p.name for p in inbox.archive.iterdir()] == ["0000000000000001-a.jsonl"]  # type: ignore[union-attr]
+    assert numbered(inbox.archive.iterdir()) == [(1, "a.jsonl")]  # type: ignore[union-attr]
     with pytest.raises(ValueError, match="rebuild"):
         reader.read({"logOffset": 3})  # an older release's file source offset
 
@@ -244,7 +376,7 @@ def test_numbers_continue_past_the_offset_spark_holds(tmp_path: Path):
     inbox = SequencedInbox(tmp_path / "inbox", None, "delete")
     drop(inbox.inbox, "a.jsonl")
     files, end = inbox.next_batch(Offset(41, 7), 10)
-    assert names(files) == ["0000000000000042-a.jsonl"]
+    assert numbered(files) == [(42, "a.jsonl")]
     assert end == Offset(42, 8)
 
 
@@ -283,8 +415,4 @@ def test_two_queries_on_one_inbox_never_hand_out_a_number_twice(tmp_path: Path):
     for reader, name in ((old, "x.jsonl"), (new, "y.jsonl"), (old, "z.jsonl")):
         drop(reader.inbox, name)
         assert reader.discover() == 1
-    assert sorted(p.name for p in old.sequenced.glob("0*")) == [
-        "0000000000000001-x.jsonl",
-        "0000000000000002-y.jsonl",
-        "0000000000000003-z.jsonl",
-    ]
+    assert numbered(old.sequenced.glob("0*")) == [(1, "x.jsonl"), (2, "y.jsonl"), (3, "z.jsonl")]

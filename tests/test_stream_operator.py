@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import random
+from pathlib import Path
 
 import pytest
 
@@ -17,6 +18,7 @@ from coordinator.stream.settings import (
     checkpoint_identity,
     load_settings,
 )
+from coordinator.stream.source import sequenced_name
 
 SETTINGS = op.OperatorSettings(CoordinatorConfig(group_initial_rebalance_delay_ms=0), b"s" * 32)
 
@@ -200,3 +202,77 @@ def test_set_pairs_are_routed_like_a_settings_file():
     assert settings.spark["spark.driver.memory"] == "1g"
     with pytest.raises(ValueError, match="key=value"):
         settings_from(parser.parse_args(["--set", "nonsense"]))
+
+
+def stamped(seq: int, arrival_ms: int, name: str = "r.jsonl") -> str:
+    """A sequenced file's URI as the inbox source's rows give it (its "@" escaped)."""
+    return Path(f"/w/inbox/_sequenced/{sequenced_name(seq, name, arrival_ms)}").as_uri()
+
+
+def stable_member() -> tuple[bytes, str, int]:
+    """A group of one member (session 10 s) joined and synced: (blob, member id, generation)."""
+    first = op.run_group(SETTINGS, "g", None, lines([join("j1")]), 1_000)
+    member = responses(first)[0]["member_id"]
+    joined = op.run_group(SETTINGS, "g", first.blob, lines([join("j2", member)]), 1_000)
+    completed = op.run_group(SETTINGS, "g", joined.blob, [], 1_001, timed_out=True)
+    generation = responses(completed)[0]["generation_id"]
+    sync = {
+        "api": "sync_group",
+        "request_id": "s",
+        "group_id": "g",
+        "member_id": member,
+        "generation_id": generation,
+        "protocol_type": "consumer",
+        "protocol_name": "range",
+        "assignments": [{"member_id": member, "assignment": ""}],
+    }
+    synced = op.run_group(SETTINGS, "g", completed.blob, lines([json.dumps(sync)]), 1_002)
+    assert responses(synced)[0]["error"] is None and synced.blob is not None
+    assert decode_group(synced.blob).state.value == "Stable"
+    return synced.blob, member, generation
+
+
+@pytest.mark.parametrize("mode", [op.GROUP_KEY, op.SHARD_KEY])
+def test_a_heartbeat_is_served_at_its_files_arrival_not_at_the_batchs_time(mode: str):
+    blob, member, generation = stable_member()
+    deadline = decode_group(blob).timers[f"heartbeat-{member}"].deadline_ms
+    beat = json.dumps(
+        {
+            "api": "heartbeat",
+            "request_id": "h",
+            "group_id": "g",
+            "member_id": member,
+            "generation_id": generation,
+        }
+    )
+    late = deadline + 3_000  # the batch that reads it runs 3 s after the session's deadline
+
+    def run(source: str) -> tuple[list[dict], bytes | None]:
+        line = [op.InboxLine(beat, source, 0, "g", arrival_ms=op_arrival(source))]
+        if mode == op.GROUP_KEY:
+            outcome = op.run_group(SETTINGS, "g", blob, line, late)
+            return responses(outcome), outcome.blob
+        shard = op.run_shard(SETTINGS, {"g": (deadline, blob)}, line, late)
+        rows = [json.loads(r[7]) for r in shard.rows if r[0] == op.RESPONSE]
+        return rows, shard.state["g"][1] if "g" in shard.state else None
+
+    answers, kept = run(stamped(7, deadline - 100))
+    assert [a["error"] for a in answers] == [None]
+    assert kept is not None and decode_group(kept).state.value == "Stable"
+    assert list(decode_group(kept).members) == [member]
+    # A file sequenced by an older release has no stamp: served at the batch's time, too late.
+    answers, _ = run(Path(f"/w/inbox/_sequenced/{sequenced_name(7, 'r.jsonl')}").as_uri())
+    assert [a["error"] for a in answers] == ["UNKNOWN_MEMBER_ID"]
+
+
+def op_arrival(source: str) -> int | None:
+    """What the operator reads from a row's source file (``operator._lines``)."""
+    pd = pytest.importorskip("pandas")
+    frame = pd.DataFrame({"value": ["{}"], "source_file": [source], "position": [0]})
+    (line,) = op._lines(iter([frame]), False)
+    return line.arrival_ms
+
+
+def test_the_rows_carry_each_files_arrival_to_its_lines():
+    assert op_arrival(stamped(3, 1_800_000_000_123, "a b@c.jsonl")) == 1_800_000_000_123
+    assert op_arrival("file:///w/bootstrap/run-1/part-00000.jsonl") is None

@@ -15,8 +15,9 @@ same warehouse finds a checkpoint with no Spark state and rebuilds from the log
 
 from __future__ import annotations
 
+import dataclasses
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from coordinator import jsonio
@@ -48,16 +49,24 @@ class LocalJob:
         return min(deadlines) if deadlines else None
 
     def run_batch(
-        self, requests: Iterable[Mapping[str, Any] | str], now_ms: int
+        self,
+        requests: Iterable[Mapping[str, Any] | str],
+        now_ms: int,
+        arrival_ms: Sequence[int | None] | None = None,
     ) -> list[dict[str, Any]]:
         """One micro-batch at ``now_ms``: the requests (dicts, or raw inbox lines) in their
-        order, and every timer due by then. The answers land in ``responses`` as in the job,
-        and are returned (all but ListGroups', which the sink answers from ``group_state``)."""
+        order, each served at its arrival (``arrival_ms``, as the job's inbox source stamps
+        them; none: at ``now_ms``), and every timer due by then. The answers land in
+        ``responses`` as in the job, and are returned (all but ListGroups', which the sink
+        answers from ``group_state``)."""
         name = f"local-batch-{self.batch_id:08d}.jsonl"
         lines = [
             _line(request if isinstance(request, str) else jsonio.dumps(dict(request)), name, i)
             for i, request in enumerate(requests)
         ]
+        if arrival_ms is not None:
+            arrivals = zip(lines, arrival_ms, strict=True)
+            lines = [dataclasses.replace(line, arrival_ms=at) for line, at in arrivals]
         return self._run(lines, now_ms)
 
     def _run(self, lines: list[InboxLine], now_ms: int) -> list[dict[str, Any]]:

@@ -17,10 +17,15 @@ Two ways to key the operator, fixed per checkpoint:
 
 Determinism, which exactly-once rests on: the output is a function of the stored state and the
 batch's input only. The clock is the batch's timestamp (``getCurrentProcessingTimeMs()``, which
-Spark keeps in its offsets log and restores when it re-runs a batch), member ids come from
-:class:`coordinator.ids.KeyedIds` (a keyed hash of the seed, the group id and the request id),
-and a key's lines are applied in (file name, position in file) order, never in the order Spark
-hands rows over.
+Spark keeps in its offsets log and restores when it re-runs a batch) and each request's arrival,
+which the inbox source stamped into its file's name (:func:`coordinator.stream.source.arrival_of`)
+when it sequenced it: a group's requests are served at their arrivals and its timers fire
+between them in time order (:func:`coordinator.step.step`), then at the batch's time. Member ids
+come from :class:`coordinator.ids.KeyedIds` (a keyed hash of the seed, the group id and the
+request id), and a key's lines are applied in (file name, position in file) order, never in the
+order Spark hands rows over. Output rows carry the batch's time (``timestamp_ms``: the log's
+append time and the answers' emission time); the records' values carry the times they were
+served at.
 
 Loads (a checkpoint rebuilt from the log, :mod:`coordinator.stream.rebuild`). A line read from
 the checkpoint's bootstrap directory (``OperatorSettings.bootstrap_dir``; never a line from the
@@ -56,6 +61,7 @@ from coordinator.log.partitioning import partition_for
 from coordinator.log.records import record_from_bytes, replay
 from coordinator.requests import BadRequest, bad_request_response, parse
 from coordinator.step import step
+from coordinator.stream.source import arrival_of
 
 # --- output rows ------------------------------------------------------------------------------
 
@@ -97,7 +103,9 @@ class InboxLine:
 
     ``terminated``: the line ended with a newline (False only for a file's last line when the
     file does not end with one: a line cut short). ``valid_utf8``: the line's bytes were UTF-8
-    (False: undecodable bytes were replaced by U+FFFD on the way in)."""
+    (False: undecodable bytes were replaced by U+FFFD on the way in). ``arrival_ms``: when its
+    file reached the inbox (the stamp in the sequenced file's name), None when unknown (served
+    at the batch's time)."""
 
     value: str
     source_file: str
@@ -105,6 +113,7 @@ class InboxLine:
     group_id: str = ""
     terminated: bool = True
     valid_utf8: bool = True
+    arrival_ms: int | None = None
 
     @property
     def order(self) -> tuple[str, int]:
@@ -218,6 +227,7 @@ def run_group(
         for record in load_records:
             emit(RECORD, key=record["key"], value=record["value"])
     requests: list[dict[str, Any]] = []
+    arrivals: list[int | None] = []
     for line in ordered:
         raw = _read_line(line, emit, settings.max_request_bytes)
         if raw is None:
@@ -236,8 +246,18 @@ def run_group(
                 emit(RESPONSE, jsonio.dumps(answer))
             continue
         requests.append(raw)
+        arrivals.append(line.arrival_ms)
 
-    result = step(group, group_id, requests, now_ms, settings.config, settings.ids())
+    timed = any(arrival is not None for arrival in arrivals)
+    result = step(
+        group,
+        group_id,
+        requests,
+        now_ms,
+        settings.config,
+        settings.ids(),
+        arrivals if timed else None,
+    )
     for answer in result.responses:
         emit(RESPONSE, jsonio.dumps(answer))
     for record in result.records:
@@ -315,6 +335,7 @@ def load_group(
     on_loaded(ctx, group)
     if ctx.group is not None:
         ctx.group.timer_seq = counter[0]
+        ctx.group.clock_ms = now_ms  # loaded now: no request is served before the load
     return ctx.group, written
 
 
@@ -576,6 +597,7 @@ def run_shard(
 
 def _lines(frames: Iterator[Any], with_group: bool) -> list[InboxLine]:
     lines: list[InboxLine] = []
+    arrivals: dict[str, int | None] = {}  # per file: a file's lines share its stamp
     for frame in frames:
         columns = [frame["value"].tolist(), frame["source_file"].tolist(), frame["position"]]
         groups = frame["group_id"].tolist() if with_group else None
@@ -583,6 +605,8 @@ def _lines(frames: Iterator[Any], with_group: bool) -> list[InboxLine]:
         valid_utf8 = _flags(frame, "valid_utf8")
         for i, (value, source, position) in enumerate(zip(*columns, strict=True)):
             group_id = groups[i] if groups is not None else ""
+            if source not in arrivals:
+                arrivals[source] = arrival_of(source)
             lines.append(
                 InboxLine(
                     value,
@@ -591,6 +615,7 @@ def _lines(frames: Iterator[Any], with_group: bool) -> list[InboxLine]:
                     group_id,
                     terminated is None or bool(terminated[i]),
                     valid_utf8 is None or bool(valid_utf8[i]),
+                    arrivals[source],
                 )
             )
     return lines

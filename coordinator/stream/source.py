@@ -7,13 +7,26 @@ gateway's pace that is about a gigabyte a day. This source remembers one number 
 **Sequencing on discovery.** Request files still arrive the one way they always did: written
 under a hidden name (``.`` or ``_`` first) and renamed into ``<inbox>``. At every trigger the
 source lists the inbox and renames each visible file into ``<inbox>/_sequenced/`` under
-``<seq:016d>-<name>``, where ``seq`` is a sequence the source assigns itself, in the order it
-discovers files (name order within one listing). The offset is the last sequence number of a
-batch, so it is total and needs no file list: a file renamed into the inbox late, with a name
-that sorts before everything already read (a hand-dropped file, a client with a slow clock),
-simply gets the next number. The highest number ever assigned is kept in
-``_sequenced/.sequence`` (written before the renames), so numbers are never reused, even
-after every file was archived or deleted, or by a new checkpoint on the same inbox.
+``<seq:016d>@<arrival_ms>-<name>``, where ``seq`` is a sequence the source assigns itself, in
+the order it discovers files (arrival order, then name order, within one listing). The offset
+is the last sequence number of a batch, so it is total and needs no file list: a file renamed
+into the inbox late, with a name that sorts before everything already read (a hand-dropped
+file, a client with a slow clock), simply gets the next number. The highest number ever
+assigned is kept in ``_sequenced/.sequence`` (written before the renames), so numbers are never
+reused, even after every file was archived or deleted, or by a new checkpoint on the same inbox.
+
+**Arrival stamps.** ``arrival_ms`` is when the file reached the inbox: its modification time
+(when its writer finished it; the rename into the inbox keeps it), clamped to the interval
+between the previous listing and this one (the file was not there at the previous listing,
+and is at this one; a clamp also keeps a writer's clock, or a back-dated file, from putting a
+request earlier than that). The stamps therefore never decrease along the sequence. The
+operator serves each request at its file's arrival (:func:`coordinator.step.step`), so a
+request that waited for a slow batch is served at the time it arrived, not when it was read;
+being in the name, the stamp is read again, unchanged, by a re-run of the batch (from
+``_sequenced/`` or the archive). The previous listing's time is kept in ``_sequenced/.listed``
+with the files it sequenced, for the next process. A name of an older release,
+``<seq:016d>-<name>`` (no ``@``: it cannot be mistaken for a stamped one), has no arrival: its
+requests are served at their batch's time, as they were.
 
 **Offsets.** ``{"inbox_seq": S, "inbox_files": F}``: the last sequence number read and how
 many files were read up to it since the checkpoint began. ``F`` lets a re-read of a range tell
@@ -33,7 +46,8 @@ answer it differently.
 
 **Rows.** One per file, ``(source_file, content)``: the ``file:`` URI of the sequenced file and
 its bytes. The job splits them into lines in Spark exactly as it did with the text file source
-(:func:`coordinator.stream.job.inbox_stream`), so the rows keep their shape and meaning.
+(:func:`coordinator.stream.job.inbox_stream`), so the rows keep their shape and meaning; the
+operator reads each line's arrival from its ``source_file`` (:func:`arrival_of`).
 
 ``job.clean.source``: ``archive`` moves a committed file to ``<warehouse>/archive`` under its
 sequenced name, ``delete`` deletes it, ``off`` leaves it in ``_sequenced/``.
@@ -54,10 +68,12 @@ import json
 import logging
 import os
 import re
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 from coordinator.stream.client import _fsync_dir
 
@@ -73,6 +89,9 @@ SEQUENCED = "_sequenced"
 SEQUENCE_FILE = ".sequence"
 #: Held (``flock``) while numbers are handed out (in ``_sequenced/``).
 LOCK_FILE = ".sequence.lock"
+#: The time of the last listing that sequenced files (in ``_sequenced/``): the lower bound of
+#: the next listing's arrival stamps, across processes.
+LISTED_FILE = ".listed"
 #: The checkpoint's initial offset, kept beside Spark's own files (``<checkpoint>/INITIAL_FILE``).
 INITIAL_FILE = "inbox-source-initial.json"
 #: Offset keys (named so that a checkpoint's offset lines say whose they are).
@@ -80,17 +99,36 @@ SEQ = "inbox_seq"
 FILES = "inbox_files"
 CLEAN_MODES = ("archive", "delete", "off")
 
-_SEQUENCED_NAME = re.compile(r"^(\d{16})-(.+)$")
+#: ``<seq>@<arrival_ms>-<name>``, or an older release's ``<seq>-<name>`` (no arrival).
+_SEQUENCED_NAME = re.compile(r"^(\d{16})(?:@(\d{1,18}))?-(.+)$", re.DOTALL)
 
 
-def sequenced_name(seq: int, name: str) -> str:
-    return f"{seq:016d}-{name}"
+def sequenced_name(seq: int, name: str, arrival_ms: int | None = None) -> str:
+    """The name a file is sequenced under; with no arrival, an older release's form."""
+    if arrival_ms is None:
+        return f"{seq:016d}-{name}"
+    return f"{seq:016d}@{arrival_ms}-{name}"
 
 
 def parse_sequenced(name: str) -> tuple[int, str] | None:
     """``(seq, original name)`` of a sequenced file name, None for anything else."""
     match = _SEQUENCED_NAME.match(name)
-    return (int(match.group(1)), match.group(2)) if match else None
+    return (int(match.group(1)), match.group(3)) if match else None
+
+
+def arrival_of(source_file: str) -> int | None:
+    """The arrival stamp (epoch milliseconds) in a sequenced file's name, a path or a ``file:``
+    URI (as the rows give it); None for a name without one (an older release's, or a file
+    that is not a sequenced one, such as a bootstrap file)."""
+    name = source_file.rpartition("/")[2]
+    if source_file.startswith("file:"):
+        name = unquote(name)  # as_uri() escapes the "@"
+    match = _SEQUENCED_NAME.match(name)
+    return None if match is None or match.group(2) is None else int(match.group(2))
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
 
 
 def visible(name: str) -> bool:
@@ -127,7 +165,13 @@ class MissingInboxFiles(RuntimeError):
 class SequencedInbox:
     """The inbox directory with its ``_sequenced/`` staging area and its archive."""
 
-    def __init__(self, inbox: str | Path, archive: str | Path | None, clean: str) -> None:
+    def __init__(
+        self,
+        inbox: str | Path,
+        archive: str | Path | None,
+        clean: str,
+        clock: Callable[[], int] = wall_clock_ms,
+    ) -> None:
         if clean not in CLEAN_MODES:
             raise ValueError(f"clean must be one of {CLEAN_MODES}, got {clean!r}")
         if clean == "archive" and archive is None:
@@ -136,7 +180,11 @@ class SequencedInbox:
         self.sequenced = self.inbox / SEQUENCED
         self.archive = Path(archive) if archive is not None else None
         self.clean = clean
+        #: The listing time (epoch ms) of arrival stamps; injectable for tests.
+        self.clock = clock
         self._last: int | None = None
+        #: This process's previous listing time (None: none yet).
+        self._listed: int | None = None
 
     # --- discovery ----------------------------------------------------------------------------
 
@@ -152,12 +200,25 @@ class SequencedInbox:
             return int((self.sequenced / SEQUENCE_FILE).read_text(encoding="ascii"))
         return 0
 
-    def _visible_files(self) -> list[str]:
+    def _stored_listing(self) -> int | None:
+        with contextlib.suppress(FileNotFoundError, ValueError):
+            return int((self.sequenced / LISTED_FILE).read_text(encoding="ascii"))
+        return None
+
+    def _visible_files(self) -> dict[str, int]:
+        """The visible files, by name, with their modification times (epoch milliseconds)."""
+        found: dict[str, int] = {}
         try:
             with os.scandir(self.inbox) as entries:
-                return sorted(e.name for e in entries if visible(e.name) and e.is_file())
+                for entry in entries:
+                    if not visible(entry.name):
+                        continue
+                    with contextlib.suppress(FileNotFoundError):  # taken away meanwhile
+                        if entry.is_file():
+                            found[entry.name] = entry.stat().st_mtime_ns // 1_000_000
         except FileNotFoundError:
-            return []
+            pass
+        return found
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
@@ -171,24 +232,37 @@ class SequencedInbox:
             os.close(fd)
 
     def discover(self) -> int:
-        """Give every visible inbox file the next sequence number (name order within this
-        listing) by renaming it into ``_sequenced/``. Returns how many were sequenced."""
+        """Give every visible inbox file the next sequence number and its arrival stamp (see
+        the module's doc) by renaming it into ``_sequenced/``, in arrival order, then name
+        order. Returns how many were sequenced."""
         if not self._visible_files():
+            self._listed = max(self._listed or 0, self.clock())
             return 0
         self.sequenced.mkdir(parents=True, exist_ok=True)
         with self._locked():
-            names = self._visible_files()  # again: another process may have taken some
-            if not names:
+            files = self._visible_files()  # again: another process may have taken some
+            floors = [t for t in (self._listed, self._stored_listing()) if t is not None]
+            floor = max(floors) if floors else None
+            listed = self.clock() if floor is None else max(floor, self.clock())
+            self._listed = listed
+            if not files:
                 return 0
+            stamps = {
+                name: min(listed, mtime if floor is None else max(floor, mtime))
+                for name, mtime in files.items()
+            }
+            names = sorted(files, key=lambda name: (stamps[name], name))
             last = max(self.last_assigned(), self._stored_sequence())
             # Reserve the numbers before using them: a crash after a rename can then never
             # hand the same number out again (a crash before the renames only leaves a gap).
-            self._store_sequence(last + len(names))
+            self._store(SEQUENCE_FILE, last + len(names))
+            self._store(LISTED_FILE, listed)
             self._last = last + len(names)
             seq = last
             for name in names:
+                target = sequenced_name(seq + 1, name, stamps[name])
                 try:
-                    os.rename(self.inbox / name, self.sequenced / sequenced_name(seq + 1, name))
+                    os.rename(self.inbox / name, self.sequenced / target)
                 except FileNotFoundError:  # taken away between the listing and the rename
                     continue
                 seq += 1
@@ -196,10 +270,10 @@ class SequencedInbox:
         log.debug("sequenced %d inbox files as %d..%d", seq - last, last + 1, seq)
         return seq - last
 
-    def _store_sequence(self, value: int) -> None:
-        tmp = self.sequenced / f"{SEQUENCE_FILE}.tmp"
+    def _store(self, name: str, value: int) -> None:
+        tmp = self.sequenced / f"{name}.tmp"
         tmp.write_text(str(value), encoding="ascii")
-        os.replace(tmp, self.sequenced / SEQUENCE_FILE)
+        os.replace(tmp, self.sequenced / name)
 
     # --- reading ------------------------------------------------------------------------------
 
