@@ -20,9 +20,11 @@ import pytest
 from coordinator.bench import stream as bench
 from coordinator.bench import tws
 from coordinator.config import CoordinatorConfig
+from coordinator.errors import Error
 from coordinator.group.snapshot import decode_group
 from coordinator.stream import job
 from coordinator.stream import operator as op
+from coordinator.stream.schema import Warehouse
 from coordinator.stream.settings import (
     CHANGELOG_CHECKPOINTING,
     IDENTITY_FILE,
@@ -369,6 +371,61 @@ def test_run_and_bench_take_the_new_options():
         bench.StreamBenchOptions(arrow_batch=0)
     with pytest.raises(ValueError, match="modes"):
         bench.StreamBenchOptions(modes=("rocksdb",))
+
+
+def test_the_overload_offers_twice_the_capacity_then_half_of_it():
+    options = bench.StreamBenchOptions(
+        groups=100, members=10, overload_capacity=2_000, seconds=60, recover_seconds=30
+    )
+    assert options.offered_at(None) == 1_000  # warming up
+    assert options.offered_at(0) == options.offered_at(59.9) == 4_000
+    assert options.offered_at(60) == options.offered_at(500) == 1_000
+    assert options.offered_per_s == 4_000
+    # At half the capacity each of 1,000 members heartbeats every second: well within 30 s.
+    with pytest.raises(ValueError, match="a third of its"):
+        bench.StreamBenchOptions(groups=1_000, members=10, overload_capacity=1_000)
+    with pytest.raises(ValueError, match="overload"):
+        bench.StreamBenchOptions(overload_capacity=0)
+    top = argparse.ArgumentParser()
+    from coordinator.cli import bench as bench_cli
+
+    bench_cli.add_parser(top.add_subparsers())
+    args = top.parse_args(
+        ["bench", "stream", "--overload", "2000", "--recover-seconds", "30", "--modes", "batchtime"]
+    )
+    assert (args.overload, args.recover_seconds, args.modes) == (2000.0, 30.0, "batchtime")
+
+
+def test_an_unknown_member_after_heartbeats_on_time_is_a_false_expiry(tmp_path: Path):
+    members = [bench.Member("g", f"m{i}", 1) for i in range(3)]
+    options = bench.StreamBenchOptions(
+        groups=1, members=3, overload_capacity=100, session_timeout_ms=30_000
+    )
+    load = bench.Load(Warehouse.at(str(tmp_path)), members, options, None, None)
+    load._started = start = time.time()
+    load.window_start = start
+    load._due(start)
+    due = load._due(start + 0.1)  # 200/s (twice the capacity) for 0.1 s: members in turn
+    assert 19 <= len(due) <= 20 and due == [i % 3 for i in range(len(due))]
+    load._send([0, 1, 2])
+    load._send([0, 1, 2])
+    answers = {
+        "h0.2": (Error.UNKNOWN_MEMBER_ID, "UNKNOWN_MEMBER_ID"),  # previous one on time: false
+        "h1.2": (Error.NONE, None),
+        "h2.1": (Error.UNKNOWN_MEMBER_ID, "UNKNOWN_MEMBER_ID"),  # the first, just after start
+    }
+    for rid, (code, name) in answers.items():
+        load._answered({"request_id": rid, "error_code": int(code), "error": name}, time.time())
+    assert sorted(index for _, index in load.m.false_expiries) == [0, 2]
+    # A member silent for longer than its session was rightly expired: not counted.
+    load.m.previous["h1.3"] = time.time() - 31
+    load.m.landed["h1.3"] = time.time()
+    load._answered({"request_id": "h1.3", "error_code": 25, "error": "UNKNOWN_MEMBER_ID"}, 0.0)
+    assert len(load.m.false_expiries) == 2
+    figures = bench._overload_figures(options, load.m, time.time() - 10, time.time() + 1)
+    assert figures["false_expiries"] == 2 and figures["members_falsely_expired"] == 2
+    assert figures["goal_no_false_expiry"] is False
+    assert [p["phase"] for p in figures["phases"]] == ["2x", "0.5x"]
 
 
 # --- on Spark ---------------------------------------------------------------------------------

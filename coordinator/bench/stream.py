@@ -2,8 +2,10 @@
 
 For each mode (``group`` and ``shard``: the job keyed by group id or by offsets partition;
 ``tws``: the experimental ``transformWithStateInPandas`` operator of :mod:`coordinator.bench.tws`
-keyed by group id, on RocksDB; ``floor``: the same inbox source and Delta sink around a state
-function that answers every line NONE and decides nothing) this module starts the query on one
+keyed by group id, on RocksDB; ``batchtime``: ``shard`` with every request served at its batch's
+time, as before requests carried their arrival, for comparison; ``floor``: the same inbox source
+and Delta sink around a state function that answers every line NONE and decides nothing) this
+module starts the query on one
 shared SparkSession with a fresh warehouse and checkpoint, forms G groups of M members with raw
 requests, then drives the load:
 
@@ -18,6 +20,15 @@ requests, then drives the load:
   heartbeat (``emitted_at_ms``) + the session timeout; the expiry is the ``group_metadata``
   record with no members that the timer writes to ``consumer_offsets``: its ``timestamp_ms`` is
   the batch that fired it, and the time the reader first saw it is when it became readable.
+
+**Overload** (``--overload CAPACITY``, requests/s, e.g. what ``--heartbeat-ms 0`` measured):
+instead of a fixed interval per member, the members heartbeat in turn at an offered rate: half
+the capacity during the warm-up, twice the capacity for ``--seconds``, then half of it for
+``--recover-seconds``. Every member still heartbeats well within its session (the options are
+refused otherwise), so a heartbeat answered ``UNKNOWN_MEMBER_ID`` is a **false expiry**: the
+member was expired although its heartbeats reached the inbox on time. The job serves each
+request at its arrival in the inbox, so there should be none however far it falls behind;
+``batchtime`` shows what serving requests at the batch's time did.
 
 Figures come from the requests themselves, ``query.recentProgress`` (batch durations) and the
 sink's ``after_write`` hook; nothing here changes what the job does. Absolute times on a shared
@@ -56,6 +67,7 @@ from urllib.parse import unquote
 import pyarrow.parquet as pq
 
 from coordinator.bench import tws
+from coordinator.errors import Error
 from coordinator.stream import job, operator
 from coordinator.stream.client import Inbox, ResponseReader, StreamClient
 from coordinator.stream.schema import CONSUMER_OFFSETS, RESPONSES, Warehouse
@@ -71,7 +83,9 @@ GROUP = operator.GROUP_KEY
 SHARD = operator.SHARD_KEY
 FLOOR = "floor"
 TWS = tws.TWS
-MODES = (FLOOR, GROUP, SHARD, TWS)
+#: ``shard`` with each request served at its batch's time (its file's arrival stamp ignored).
+BATCHTIME = "batchtime"
+MODES = (FLOOR, GROUP, SHARD, TWS, BATCHTIME)
 #: What ``--modes`` runs unless told otherwise (``tws`` is asked for by name).
 DEFAULT_MODES = (FLOOR, GROUP, SHARD)
 
@@ -121,6 +135,10 @@ class StreamBenchOptions:
     #: its session, which a slow batch would otherwise prevent).
     probes: int = 10
     probe_session_timeout_ms: int = 6_000
+    #: Requests/s the job is known to answer (``--overload``): offer twice that for
+    #: ``seconds``, then half of it for ``recover_seconds`` (None: the fixed interval above).
+    overload_capacity: float | None = None
+    recover_seconds: float = 60.0
     #: None: a temporary directory, removed afterwards; else a new ``bench-<time>`` under it.
     warehouse: str | None = None
     seed: int = 7
@@ -137,6 +155,16 @@ class StreamBenchOptions:
             raise ValueError(f"--state-store is one of {', '.join(STATE_STORES)}")
         if self.arrow_batch is not None and self.arrow_batch < 1:
             raise ValueError("--arrow-batch must be >= 1")
+        if self.overload_capacity is not None:
+            if self.overload_capacity <= 0 or self.recover_seconds < 0:
+                raise ValueError("--overload must be > 0 and --recover-seconds >= 0")
+            slowest_ms = 1000.0 * self.groups * self.members / (self.overload_capacity / 2)
+            if slowest_ms > self.session_timeout_ms / 3:
+                raise ValueError(
+                    f"at half of --overload each member would heartbeat every {slowest_ms:,.0f}"
+                    f" ms, more than a third of its {self.session_timeout_ms} ms session: fewer"
+                    f" members, or a higher capacity"
+                )
 
     @classmethod
     def quick(cls, **changes: Any) -> StreamBenchOptions:
@@ -153,9 +181,20 @@ class StreamBenchOptions:
 
     @property
     def offered_per_s(self) -> float | None:
+        """The steady offered rate (None: closed loop; with ``--overload``, the overload's)."""
+        if self.overload_capacity is not None:
+            return 2 * self.overload_capacity
         if self.heartbeat_ms == 0:
             return None
         return self.groups * self.members * 1000.0 / self.heartbeat_ms
+
+    def offered_at(self, since_s: float | None) -> float:
+        """The overload's offered rate ``since_s`` seconds into the measured window (None:
+        still warming up)."""
+        assert self.overload_capacity is not None
+        if since_s is not None and 0 <= since_s < self.seconds:
+            return 2 * self.overload_capacity
+        return self.overload_capacity / 2
 
 
 # --- the floor pipeline -----------------------------------------------------------------------
@@ -220,6 +259,18 @@ def start_floor(
     return job.start(
         spark, settings, after_write, stream=floor_stream, query_name=f"{job.QUERY_NAME}-floor"
     )
+
+
+def batchtime_stream(spark: Any, settings: Settings, opsettings: operator.OperatorSettings) -> Any:
+    """The job's operator with every request served at its batch's time: the arrival stamps are
+    taken out of the rows' file names (``<seq>@<ms>-<name>`` becomes an older release's
+    ``<seq>-<name>``, whose requests have no arrival) before the operator reads them."""
+    from pyspark.sql import functions as F
+
+    lines = job.inbox_stream(spark, settings).withColumn(
+        "source_file", F.regexp_replace("source_file", r"/(\d{16})(%40|@)\d+-", "/$1-")
+    )
+    return job.keyed_operator(lines, settings, opsettings)
 
 
 # --- requests ---------------------------------------------------------------------------------
@@ -517,6 +568,11 @@ class _Measured:
     #: (time, outstanding heartbeats), once a second.
     outstanding: list[tuple[float, int]] = field(default_factory=list)
     files: int = 0
+    #: Outstanding heartbeats: request id -> when the member's previous heartbeat landed.
+    previous: dict[str, float] = field(default_factory=dict)
+    #: Heartbeats answered UNKNOWN_MEMBER_ID although the member's previous one had landed
+    #: within its session: (landed, member index).
+    false_expiries: list[tuple[float, int]] = field(default_factory=list)
 
 
 class Load:
@@ -555,6 +611,12 @@ class Load:
         self._sequence = [0] * len(self.members)
         # Closed loop: members whose last heartbeat is answered.
         self._free = set(range(len(self.members)))
+        # Overload: members in turn at the offered rate, from when the window starts.
+        self.window_start: float | None = None
+        self._owed = 0.0
+        self._next_member = 0
+        self._last_due: float | None = None
+        self._last_landed: list[float | None] = [None] * len(self.members)
         self._threads: list[threading.Thread] = []
         self._failure: BaseException | None = None
 
@@ -597,6 +659,17 @@ class Load:
     def _due(self, now: float) -> list[int]:
         if not self.sending:
             return []
+        if self.options.overload_capacity is not None:
+            since = None if self.window_start is None else now - self.window_start
+            elapsed = 0.0 if self._last_due is None else now - self._last_due
+            self._last_due = now
+            self._owed += self.options.offered_at(since) * elapsed
+            count = int(self._owed)
+            self._owed -= count
+            total = len(self.members)
+            due = [(self._next_member + i) % total for i in range(count)]
+            self._next_member = (self._next_member + count) % total
+            return due
         if self.options.heartbeat_ms == 0:
             with self._lock:
                 due, self._free = sorted(self._free), set()
@@ -632,20 +705,23 @@ class Load:
     def _send(self, due: list[int]) -> None:
         requests = []
         ids = []
+        previous = []
         for index in due:
             member = self.members[index]
             self._sequence[index] += 1
             rid = f"h{index}.{self._sequence[index]}"
             ids.append(rid)
             requests.append(_heartbeat(rid, member.group_id, member.member_id, member.generation))
+            previous.append(self._last_landed[index] or self._started)
         if self.probes is not None:
             requests.extend(self.probes.take())
         if not requests:
             return
         before = time.time()
         with self._lock:  # before the file exists, so no answer can come unmatched
-            for rid in ids:
+            for rid, last in zip(ids, previous, strict=True):
                 self.m.landed[rid] = before
+                self.m.previous[rid] = last
         self.inbox.submit(requests)
         landed = time.time()
         with self._lock:
@@ -654,6 +730,8 @@ class Load:
                 if rid in self.m.landed:
                     self.m.landed[rid] = landed
                 self.m.sent.append(landed)
+        for index in due:
+            self._last_landed[index] = landed
 
     def _read(self) -> None:
         poll = self.options.poll_ms / 1000.0
@@ -664,18 +742,33 @@ class Load:
             for row in rows:
                 rid = row["request_id"] or ""
                 if rid.startswith("h"):
-                    with self._lock:
-                        landed = self.m.landed.pop(rid, None)
-                        if landed is None:
-                            continue
-                        self.m.answered.append((landed, now))
-                        self.m.errors.append((landed, row["error"] or "NONE"))
-                        self._free.add(int(rid[1:].split(".")[0]))
+                    self._answered(row, now)
                 elif rid.startswith("p") and self.probes is not None:
                     self.probes.on_response(row)
             if records and self.probes is not None:
                 self.probes.on_records(records, now)
             self._stop.wait(poll)
+
+    def _answered(self, row: dict[str, Any], now: float) -> None:
+        """A heartbeat's answer, readable at ``now``: its round trip, its error, and whether it
+        is a false expiry (UNKNOWN_MEMBER_ID although the member's previous heartbeat had
+        landed within its session)."""
+        rid = row["request_id"]
+        with self._lock:
+            landed = self.m.landed.pop(rid, None)
+            previous = self.m.previous.pop(rid, None)
+            if landed is None:
+                return
+            self.m.answered.append((landed, now))
+            self.m.errors.append((landed, row["error"] or "NONE"))
+            index = int(rid[1:].split(".")[0])
+            self._free.add(index)
+            if (
+                row["error_code"] == Error.UNKNOWN_MEMBER_ID
+                and previous is not None
+                and landed - previous <= self.options.session_timeout_ms / 1000.0
+            ):
+                self.m.false_expiries.append((landed, index))
 
     def round_trips(self) -> list[float]:
         """Seconds from landed to readable of every heartbeat answered so far."""
@@ -700,7 +793,7 @@ def mode_settings(mode: str, root: Path, options: StreamBenchOptions) -> Setting
     return load_settings(
         [str(conf)],
         warehouse=str(root / mode),
-        state_key=SHARD if mode == SHARD else GROUP,
+        state_key=SHARD if mode in (SHARD, BATCHTIME) else GROUP,
         state_store=mode_state_store(mode, options),
         trigger_interval_ms=options.trigger_interval_ms,
         shards=options.shards,
@@ -752,6 +845,14 @@ def run_mode(
         running = job.start(
             spark, settings, after_write, stream=tws.tws_stream, query_name=f"{job.QUERY_NAME}-tws"
         )
+    elif mode == BATCHTIME:
+        running = job.start(
+            spark,
+            settings,
+            after_write,
+            stream=batchtime_stream,
+            query_name=f"{job.QUERY_NAME}-{BATCHTIME}",
+        )
     else:
         running = job.start(spark, settings, after_write)
     try:
@@ -783,8 +884,17 @@ def run_mode(
             t0 = time.time()
             if probes is not None:
                 probes.start(probe_session_ms(options, load))
-            say(f"[{mode}] measuring {options.seconds:g} s")
-            load.sleep(options.seconds)
+            load.window_start = t0
+            if options.overload_capacity is None:
+                say(f"[{mode}] measuring {options.seconds:g} s")
+                load.sleep(options.seconds)
+            else:
+                capacity = options.overload_capacity
+                say(
+                    f"[{mode}] overload: {2 * capacity:,.0f} requests/s for {options.seconds:g} s, "
+                    f"then {capacity / 2:,.0f}/s for {options.recover_seconds:g} s"
+                )
+                load.sleep(options.seconds + options.recover_seconds)
             t1 = time.time()
             load.sending = False
             if probes is not None:
@@ -938,6 +1048,9 @@ def _mode_figures(
             "drain_s": round(drained - t1, 1),
         },
         "errors": dict(errors),
+        "overload": None
+        if options.overload_capacity is None
+        else _overload_figures(options, m, t0, t1),
         "files": m.files,
         # Seconds from the start of the window: every batch (start, duration ms, files in,
         # responses out) and the outstanding heartbeats once a second, warm-up and drain included.
@@ -953,6 +1066,40 @@ def _mode_figures(
             ],
             "outstanding": [[round(t - t0, 1), n] for t, n in m.outstanding],
         },
+    }
+
+
+def _overload_figures(
+    options: StreamBenchOptions, m: _Measured, t0: float, t1: float
+) -> dict[str, Any]:
+    """Per phase of the overload (2x the capacity, then half of it): offered and answered
+    rates, latency and false expiries (by when the heartbeat landed); the run's false
+    expiries in all (warm-up and drain included)."""
+    assert options.overload_capacity is not None
+    boundary = t0 + options.seconds
+    phases = []
+    for name, start, end in (("2x", t0, boundary), ("0.5x", boundary, t1)):
+        span = max(end - start, 1e-9)
+        phases.append(
+            {
+                "phase": name,
+                "seconds": round(end - start, 1),
+                "offered_per_s": round(sum(1 for s in m.sent if start <= s < end) / span, 1),
+                "answered_per_s": round(
+                    sum(1 for _, r in m.answered if start <= r < end) / span, 1
+                ),
+                "latency_ms": _spread(
+                    [1000.0 * (r - s) for s, r in m.answered if start <= s < end], 50, 99
+                ),
+                "false_expiries": sum(1 for s, _ in m.false_expiries if start <= s < end),
+            }
+        )
+    return {
+        "capacity_per_s": options.overload_capacity,
+        "phases": phases,
+        "false_expiries": len(m.false_expiries),
+        "members_falsely_expired": len({index for _, index in m.false_expiries}),
+        "goal_no_false_expiry": not m.false_expiries,
     }
 
 
@@ -1034,11 +1181,19 @@ def _cell(value: Any, width: int) -> str:
 
 def format_report(result: dict[str, Any]) -> str:
     o = result["options"]
-    load = (
-        "closed loop (each member heartbeats again once answered)"
-        if o["heartbeat_ms"] == 0
-        else f"heartbeat every {o['heartbeat_ms']} ms ({o['offered_per_s']:,.1f} requests/s offered)"
-    )
+    if o["overload_capacity"] is not None:
+        capacity = o["overload_capacity"]
+        load = (
+            f"overload: members in turn at {capacity / 2:,.0f} requests/s (warm-up), "
+            f"{2 * capacity:,.0f}/s for {o['seconds']:g} s, then {capacity / 2:,.0f}/s for "
+            f"{o['recover_seconds']:g} s (capacity {capacity:,.0f}/s)"
+        )
+    elif o["heartbeat_ms"] == 0:
+        load = "closed loop (each member heartbeats again once answered)"
+    else:
+        load = (
+            f"heartbeat every {o['heartbeat_ms']} ms ({o['offered_per_s']:,.1f} requests/s offered)"
+        )
     first = next(iter(result["modes"].values()))
     lines = [
         f"stream benchmark: {o['groups']} groups x {o['members']} members, {load}",
@@ -1095,6 +1250,24 @@ def format_report(result: dict[str, Any]) -> str:
         if other:
             notes.append(f"heartbeat errors {other}")
         lines.append(f"  {mode}: " + "; ".join(notes))
+        overload = f.get("overload")
+        if overload is not None:
+            for phase in overload["phases"]:
+                latency = phase["latency_ms"]
+                lines.append(
+                    f"    {phase['phase']} for {phase['seconds']:g} s: offered "
+                    f"{phase['offered_per_s']:,.0f}/s, answered {phase['answered_per_s']:,.0f}/s, "
+                    f"latency p50 {_cell(latency['p50'], 1).strip()} ms, p99 "
+                    f"{_cell(latency['p99'], 1).strip()} ms, false expiries "
+                    f"{phase['false_expiries']:,}"
+                )
+            verdict = "ok" if overload["goal_no_false_expiry"] else "MISSED"
+            lines.append(
+                f"    false expiries in the whole run (heartbeats answered UNKNOWN_MEMBER_ID "
+                f"although the member heartbeated within its session): "
+                f"{overload['false_expiries']:,} ({overload['members_falsely_expired']:,} "
+                f"members; goal 0) {verdict}"
+            )
     if result["ratios"]:
         lines += ["", "ratios to the floor (goal beside each)"]
         for mode, figures in result["ratios"].items():

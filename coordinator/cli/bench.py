@@ -44,8 +44,9 @@ def add_parser(subparsers: Any) -> None:
     stream.add_argument(
         "--modes",
         default="floor,group,shard",
-        help="any of floor, group, shard, tws (in run order; tws: the experimental "
-        "transformWithStateInPandas operator, on RocksDB)",
+        help="any of floor, group, shard, tws, batchtime (in run order; tws: the experimental "
+        "transformWithStateInPandas operator, on RocksDB; batchtime: shard with every request "
+        "served at its batch's time, as before requests carried their arrival)",
     )
     stream.add_argument(
         "--trigger-interval", type=int, metavar="MS", help="job.trigger.interval.ms"
@@ -65,6 +66,17 @@ def add_parser(subparsers: Any) -> None:
         "10000; the floor always runs with the default)",
     )
     stream.add_argument("--probes", type=int, default=10, help="session-expiry probe groups")
+    stream.add_argument(
+        "--overload",
+        type=float,
+        metavar="CAPACITY",
+        help="requests/s the job answers (e.g. as measured with --heartbeat-ms 0): offer twice "
+        "that for --seconds, then half of it for --recover-seconds, and count false expiries "
+        "(heartbeats sent on time answered UNKNOWN_MEMBER_ID)",
+    )
+    stream.add_argument(
+        "--recover-seconds", type=float, help="with --overload: seconds at half capacity (60)"
+    )
     stream.add_argument(
         "--warehouse", metavar="DIR", help="keep each mode's warehouse under DIR (default: temp)"
     )
@@ -284,6 +296,8 @@ def run_stream(args: argparse.Namespace) -> int:
         "arrow_batch": args.arrow_batch,
         "probes": args.probes,
         "warehouse": args.warehouse,
+        "overload_capacity": args.overload,
+        "recover_seconds": args.recover_seconds,
     }
     if args.quick:
         options = StreamBenchOptions.quick(**chosen)

@@ -239,12 +239,18 @@ def coordinator_stream(
 ) -> Any:
     """The stateful operator over the inbox (and, on a checkpoint rebuilt from the log, its
     bootstrap files): one DataFrame of output rows per batch."""
-    from pyspark.sql import functions as F
-    from pyspark.sql.streaming.state import GroupStateTimeout
-
     lines = inbox_stream(spark, settings)
     if opsettings.bootstrap_dir is not None:
         lines = lines.unionByName(bootstrap_stream(spark, settings, opsettings.bootstrap_dir))
+    return keyed_operator(lines, settings, opsettings)
+
+
+def keyed_operator(lines: Any, settings: Settings, opsettings: operator.OperatorSettings) -> Any:
+    """The stateful operator over inbox rows (:func:`inbox_stream`'s shape), keyed by
+    ``job.state.key``."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.streaming.state import GroupStateTimeout
+
     if settings.job.state_key == operator.SHARD_KEY:
         partitions = settings.coordinator.offsets_topic_num_partitions
         keyed = lines.withColumn("shard", F.expr(kafka_partition_expr("group_id", partitions)))
