@@ -19,7 +19,7 @@ from chispa import assert_df_equality
 from coordinator.consumer_protocol import Subscription, encode_subscription
 from coordinator.log.partitioning import partition_for
 from coordinator.stream import job
-from coordinator.stream.source import parse_sequenced
+from coordinator.stream.source import arrival_of, parse_sequenced
 from tests.stream_support import RunningCoordinator
 
 pytestmark = pytest.mark.slow
@@ -352,3 +352,83 @@ def test_kafka_partition_expression_matches_partition_for(spark):
     for partitions in (1, 50, 7):
         rows = frame.selectExpr("g", f"{job.kafka_partition_expr('g', partitions)} AS p").collect()
         assert {r.g: r.p for r in rows} == {n: partition_for(n, partitions) for n in names}
+
+
+#: The lagging job's member: its session, and when its heartbeat is sent after its sync.
+LAG_SESSION_MS = 20_000
+LAG_HEARTBEAT_AFTER_S = 6.0
+
+
+def test_a_member_that_heartbeated_on_time_is_not_expired_by_a_job_that_lags(spark, tmp_path):
+    """The job stalls (a batch held in its sink) past a member's session deadline; the member's
+    heartbeat reached the inbox before the deadline. The batch that reads it runs after the
+    deadline, yet serves it at its arrival: answered without error, the member stays, the group
+    stays Stable. (Served at the batch's time, the member would have been expired first.)"""
+    import threading
+
+    holding, held, release = threading.Event(), threading.Event(), threading.Event()
+
+    def lag(figures: job.BatchFigures) -> None:
+        if holding.is_set() and not release.is_set():
+            held.set()
+            release.wait(timeout=120)
+
+    c = RunningCoordinator(spark, tmp_path / "warehouse")  # shard-keyed, the default
+    c.after_write = lag
+    c.start()
+    try:
+        group = "laggy"
+        (first,) = c.requests([join("j0", group, session_ms=LAG_SESSION_MS)])
+        member = first["member_id"]
+        (joined,) = c.requests([join("j1", group, member, session_ms=LAG_SESSION_MS)])
+        generation = joined["generation_id"]
+        assignment = [{"member_id": member, "assignment": base64.b64encode(b"a").decode()}]
+        sync_sent = time.time()
+        (synced,) = c.requests([sync("s", group, member, generation, assignment)])
+        synced_at = time.time()
+        assert synced["error"] is None
+        # The sync arrived after sync_sent and was served at its arrival: the session's
+        # deadline lies in [sync_sent, synced_at] + the session timeout.
+        holding.set()
+        c.wait_for(held.is_set, what="a batch held in the sink")
+        c.wait_for(lambda: time.time() >= synced_at + LAG_HEARTBEAT_AFTER_S, what="a while")
+        c.client.submit([heartbeat("h", group, member, generation)])
+        beat_landed = time.time()
+        assert beat_landed < sync_sent + LAG_SESSION_MS / 1000, "the box is too slow for this test"
+        # Hold the job until the deadline has certainly passed, then let it go on.
+        c.wait_for(
+            lambda: time.time() > synced_at + LAG_SESSION_MS / 1000 + 0.5,
+            timeout_s=LAG_SESSION_MS / 1000 + 30,
+            what="the session deadline to pass",
+        )
+        release.set()
+        answer = c.client.wait(["h"], timeout_s=60)["h"]
+        assert answer["error"] is None, answer
+        (row,) = [r for r in c.rows("responses") if r["request_id"] == "h"]
+        # The batch that answered it ran after the deadline (no batch ran while it was held).
+        assert row["emitted_at_ms"] > synced_at * 1000 + LAG_SESSION_MS
+        # Its file was stamped with its arrival, before the deadline (and kept the stamp).
+        (stamp,) = c.wait_for(lambda: heartbeat_stamps(c.warehouse), what="the file archived")
+        assert stamp is not None and stamp < sync_sent * 1000 + LAG_SESSION_MS
+        # The member is still in its generation, and the group Stable.
+        (again,) = c.requests([heartbeat("h2", group, member, generation)])
+        assert again["error"] is None, again
+        (described,) = c.requests(
+            [{"api": "describe_groups", "request_id": "d", "group_id": group}]
+        )
+        assert described["group_state"] == "Stable"
+        assert [m["member_id"] for m in described["members"]] == [member]
+    finally:
+        release.set()
+        c.stop()
+
+
+def heartbeat_stamps(warehouse: Path) -> list[int | None]:
+    """The arrival stamps of the archived files that hold the request "h"."""
+    archive = warehouse / "archive"
+    found = []
+    for path in archive.iterdir() if archive.is_dir() else []:
+        lines = path.read_text().splitlines()
+        if any(json.loads(line).get("request_id") == "h" for line in lines if line.strip()):
+            found.append(arrival_of(path.name))
+    return found

@@ -16,8 +16,9 @@ requests, then drives the load:
 - a reader thread follows the ``responses`` table (:class:`ResponseReader`) and records when each
   response became readable: latency = readable - landed;
 - probes (job modes only): a few one-member groups with a short session, formed, heartbeating
-  once, then silent, over and over. Their session deadline is the batch time of their last
-  heartbeat (``emitted_at_ms``) + the session timeout; the expiry is the ``group_metadata``
+  once, then silent, over and over. Their session deadline is when their last heartbeat's file
+  landed in the inbox (the job serves it at its arrival; ``batchtime``: at its batch's time,
+  ``emitted_at_ms``) + the session timeout; the expiry is the ``group_metadata``
   record with no members that the timer writes to ``consumer_offsets``: its ``timestamp_ms`` is
   the batch that fired it, and the time the reader first saw it is when it became readable.
 
@@ -417,6 +418,8 @@ class _Probe:
     member_id: str = ""
     generation: int = -1
     heartbeat_at_ms: int = 0
+    #: When the file of the probe's heartbeat landed in the inbox (0: not yet known).
+    heartbeat_landed_ms: int = 0
     deadline_ms: int = 0
     phase_since: float = 0.0
 
@@ -434,8 +437,10 @@ class Probes:
     again; each expiry is a timer-lateness sample. Requests are queued here and sent by the
     driver's next file; answers and log records come from the reader. Thread safe."""
 
-    def __init__(self, count: int) -> None:
+    def __init__(self, count: int, at_batch_time: bool = False) -> None:
         self.session_ms = 0
+        #: The job serves requests at their batch's time (``batchtime``), not their arrival.
+        self.at_batch_time = at_batch_time
         self.probes = [_Probe(i, f"bench-probe-{i:02d}") for i in range(count)]
         self._by_group = {p.group_id: p for p in self.probes}
         self._lock = threading.Lock()
@@ -468,9 +473,19 @@ class Probes:
             pending, self._pending = self._pending, []
             return pending
 
+    def landed(self, requests: list[dict[str, Any]], at_s: float) -> None:
+        """The file holding ``requests`` (taken from :meth:`take`) landed at ``at_s``."""
+        with self._lock:
+            for request in requests:
+                index, cycle, phase = str(request["request_id"])[1:].split(".")
+                probe = self.probes[int(index)]
+                if phase == "heartbeat" and int(cycle) == probe.cycle:
+                    probe.heartbeat_landed_ms = round(at_s * 1000)
+
     def _begin(self, probe: _Probe) -> None:
         probe.cycle += 1
         probe.member_id = ""
+        probe.heartbeat_landed_ms = 0
         self._send(probe, "join0")
 
     def _send(self, probe: _Probe, phase: str) -> None:
@@ -511,7 +526,10 @@ class Probes:
                 probe.generation = body["generation_id"]
             elif phase == "heartbeat":
                 probe.heartbeat_at_ms = row["emitted_at_ms"]
-                probe.deadline_ms = probe.heartbeat_at_ms + self.session_ms
+                served = probe.heartbeat_landed_ms or probe.heartbeat_at_ms
+                if self.at_batch_time:
+                    served = probe.heartbeat_at_ms
+                probe.deadline_ms = served + self.session_ms
                 probe.phase = "expiring"
                 probe.phase_since = time.time()
                 return
@@ -713,8 +731,8 @@ class Load:
             ids.append(rid)
             requests.append(_heartbeat(rid, member.group_id, member.member_id, member.generation))
             previous.append(self._last_landed[index] or self._started)
-        if self.probes is not None:
-            requests.extend(self.probes.take())
+        probing = self.probes.take() if self.probes is not None else []
+        requests.extend(probing)
         if not requests:
             return
         before = time.time()
@@ -724,6 +742,8 @@ class Load:
                 self.m.previous[rid] = last
         self.inbox.submit(requests)
         landed = time.time()
+        if probing and self.probes is not None:
+            self.probes.landed(probing, landed)
         with self._lock:
             self.m.files += 1
             for rid in ids:
@@ -875,7 +895,7 @@ def run_mode(
                 timeout_s=120 + 0.02 * len(groups) * options.members,
             )
             formed_s = time.time() - formed
-            probes = Probes(min(options.probes, options.groups))
+            probes = Probes(min(options.probes, options.groups), at_batch_time=mode == BATCHTIME)
         load = Load(paths, members, options, running.query, probes)
         load.start()
         try:
