@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -18,11 +19,16 @@ from tests.stream_support import RunningCoordinator, simple_commit
 pytestmark = pytest.mark.slow
 
 
-def drop(inbox: Path, name: str, requests: list[dict[str, Any]]) -> None:
-    """A request file, written hidden and renamed in (the documented way)."""
+def drop(
+    inbox: Path, name: str, requests: list[dict[str, Any]], mtime_ns: int | None = None
+) -> None:
+    """A request file, written hidden (finished at ``mtime_ns``, when given) and renamed in
+    (the documented way)."""
     inbox.mkdir(parents=True, exist_ok=True)
     tmp = inbox / f".{name}.tmp"
     tmp.write_text("".join(json.dumps(r) + "\n" for r in requests))
+    if mtime_ns is not None:
+        os.utime(tmp, ns=(mtime_ns, mtime_ns))
     os.rename(tmp, inbox / name)
 
 
@@ -147,10 +153,11 @@ def test_a_rerun_batch_reads_the_same_rows_even_after_its_files_moved(spark, tmp
     c.after_write = crash_once
     inbox = c.settings.job.paths.inbox
     # Three files in one batch, their commits to one simple group: the order decides the winner.
+    # They arrived at one instant, so the source numbers them by name.
+    arrived = time.time_ns()
     for name, offset in (("b.jsonl", 2), ("c.jsonl", 3), ("a.jsonl", 1)):
-        drop(
-            inbox, name, [simple_commit(f"{name}-{i}", "audit", offset * 10 + i) for i in range(3)]
-        )
+        commits = [simple_commit(f"{name}-{i}", "audit", offset * 10 + i) for i in range(3)]
+        drop(inbox, name, commits, arrived)
     c.start()
     try:
         c.wait_for(lambda: not c.running.query.isActive, what="the query to fail")  # type: ignore[union-attr]

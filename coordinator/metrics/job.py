@@ -85,7 +85,7 @@ STARTS_FILE = "metrics-starts.json"
 
 def _file_name(source_file: str) -> str:
     """A request file's name as it was dropped, from a path or a ``file:`` URI as Spark reports
-    it (a sequenced file, ``<seq>-<name>``, by its ``name``)."""
+    it (a sequenced file, ``<seq>@<arrival>-<name>``, by its ``name``)."""
     path = unquote(urlparse(source_file).path) if "://" in source_file else source_file
     name = posixpath.basename(path)
     sequenced = parse_sequenced(name)
@@ -96,9 +96,9 @@ class InboxArrivals:
     """When each request reached the inbox, by request id, and which files wait unanswered.
 
     A request file is known by the name it was dropped under, in the inbox and once the source
-    has sequenced it (``_sequenced/<seq>-<name>``, :mod:`coordinator.stream.source`), which keeps
-    its modification time: its arrival. :meth:`scan` reads the files not seen before (a thread
-    of its own, or a batch missing a request); :meth:`backlog` is read by scrapes."""
+    has sequenced it (``_sequenced/<seq>@<arrival>-<name>``, :mod:`coordinator.stream.source`),
+    which keeps its modification time: its arrival. :meth:`scan` reads the files not seen before
+    (a thread of its own, or a batch missing a request); :meth:`backlog` is read by scrapes."""
 
     def __init__(self, inbox: Path, horizon_s: float = PENDING_HORIZON_S) -> None:
         self.inbox = inbox
