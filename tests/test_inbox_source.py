@@ -284,18 +284,22 @@ def test_release_follows_job_clean_source(tmp_path: Path, clean: str):
     assert archived == (names(files[:1]) if clean == "archive" else [])
 
 
-def test_the_reader_speaks_spark_offsets(inbox: SequencedInbox):
+def test_the_reader_speaks_spark_offsets(tmp_path: Path):
+    clock = Clock()
+    inbox = SequencedInbox(tmp_path / "inbox", tmp_path / "archive", "archive", clock)
     reader = InboxReader(inbox, max_files=10)
     start = reader.initialOffset()
     assert start == {"inbox_seq": 0, "inbox_files": 0}
     drop(inbox.inbox, "a.jsonl", "one\n")
     rows, end = reader.read(start)
     rows = list(rows)
-    assert end == {"inbox_seq": 1, "inbox_files": 1}
+    assert end == {"inbox_seq": 1, "inbox_files": 1, "inbox_horizon_ms": T0}
     assert [content for _, content in rows] == [b"one\n"]
     assert rows[0][0].startswith("file:///") and rows[0][0].endswith("-a.jsonl")
     assert list(reader.readBetweenOffsets(start, end)) == rows
-    assert reader.read(end)[1] == end  # nothing new: the offset stays
+    assert reader.read(end)[1] == end  # nothing new, no time passed: the offset stays
+    clock.now_ms += 200
+    assert reader.read(end)[1] == {**end, "inbox_horizon_ms": T0 + 200}  # the clock moves
     reader.commit(end)
     assert numbered(inbox.archive.iterdir()) == [(1, "a.jsonl")]  # type: ignore[union-attr]
     with pytest.raises(ValueError, match="rebuild"):
@@ -416,3 +420,32 @@ def test_two_queries_on_one_inbox_never_hand_out_a_number_twice(tmp_path: Path):
         drop(reader.inbox, name)
         assert reader.discover() == 1
     assert numbered(old.sequenced.glob("0*")) == [(1, "x.jsonl"), (2, "y.jsonl"), (3, "z.jsonl")]
+
+
+def test_a_batch_offset_carries_its_input_horizon(tmp_path: Path):
+    """The time up to which the batch holds every request that arrived: the listing's time, or
+    the stamp of the first file left waiting (job.max.files.per.trigger)."""
+    clock = Clock()
+    inbox = SequencedInbox(tmp_path / "inbox", None, "off", clock)
+    inbox.discover()
+    for i, at in enumerate((T0 + 10, T0 + 20, T0 + 30)):
+        drop(inbox.inbox, f"{i}.jsonl", mtime_ms=at)
+    clock.now_ms = T0 + 100
+    files, end = inbox.next_batch(inbox.initial(), 2)
+    assert numbered(files) == [(1, "0.jsonl"), (2, "1.jsonl")]
+    assert end == Offset(2, 2) and end.horizon_ms == T0 + 30  # the third file waits
+    assert end.json() == {"inbox_seq": 2, "inbox_files": 2, "inbox_horizon_ms": T0 + 30}
+    assert Offset.of(end.json()).horizon_ms == T0 + 30
+    clock.now_ms = T0 + 200
+    files, end = inbox.next_batch(end, 2)
+    assert numbered(files) == [(3, "2.jsonl")] and end.horizon_ms == T0 + 200  # this listing
+    # No new file: the position stays, the horizon moves on (an idle job's clock).
+    clock.now_ms = T0 + 300
+    files, idle = inbox.next_batch(end, 2)
+    assert files == [] and idle == end and idle.horizon_ms == T0 + 300
+    assert idle.json() != end.json()  # Spark sees a new offset: the batch runs at it
+    # A listing clock that steps back does not take the horizon back.
+    clock.now_ms = T0 + 250
+    assert inbox.next_batch(idle, 2)[1].horizon_ms == T0 + 300
+    # An offset of an older release has no horizon.
+    assert Offset.of({"inbox_seq": 5, "inbox_files": 5}).horizon_ms is None

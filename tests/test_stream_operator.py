@@ -6,6 +6,7 @@ import dataclasses
 import json
 import random
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,7 +19,7 @@ from coordinator.stream.settings import (
     checkpoint_identity,
     load_settings,
 )
-from coordinator.stream.source import sequenced_name
+from coordinator.stream.source import batch_horizon, sequenced_name
 
 SETTINGS = op.OperatorSettings(CoordinatorConfig(group_initial_rebalance_delay_ms=0), b"s" * 32)
 
@@ -276,3 +277,79 @@ def op_arrival(source: str) -> int | None:
 def test_the_rows_carry_each_files_arrival_to_its_lines():
     assert op_arrival(stamped(3, 1_800_000_000_123, "a b@c.jsonl")) == 1_800_000_000_123
     assert op_arrival("file:///w/bootstrap/run-1/part-00000.jsonl") is None
+
+
+def offset_log(directory: Path, batch_id: int, batch_ms: int, horizon_ms: int | None) -> None:
+    """One file of Spark's offset log: a version line, the batch's metadata, a line per source
+    (the inbox source's, then a bootstrap file source's)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    inbox = {"inbox_seq": batch_id, "inbox_files": batch_id}
+    if horizon_ms is not None:
+        inbox["inbox_horizon_ms"] = horizon_ms
+    meta = {"batchWatermarkMs": 0, "batchTimestampMs": batch_ms, "conf": {}}
+    lines = ["v1", json.dumps(meta), json.dumps(inbox), json.dumps({"logOffset": 0})]
+    (directory / str(batch_id)).write_text("\n".join(lines) + "\n")
+
+
+def test_the_batch_clock_is_its_input_horizon_when_that_is_earlier(tmp_path):
+    offsets = tmp_path / "offsets"
+    offset_log(offsets, 4, 10_000, 9_500)
+    offset_log(offsets, 5, 11_000, None)  # a batch of an older release: no horizon
+    offset_log(offsets, 6, 12_000, 12_500)  # a listing after the batch's timestamp
+    settings = dataclasses.replace(SETTINGS, offsets_dir=str(offsets))
+    assert [settings.clock(t) for t in (10_000, 11_000, 12_000)] == [9_500, 11_000, 12_000]
+    assert settings.clock(99_000) == 99_000  # no such batch among the latest
+    assert SETTINGS.clock(10_000) == 10_000  # no offset log
+    assert batch_horizon(tmp_path / "missing", 10_000) is None
+
+
+@pytest.mark.parametrize("mode", [op.GROUP_KEY, op.SHARD_KEY])
+def test_no_timer_fires_past_the_input_the_batch_holds(tmp_path, mode: str):
+    """A backlog: a member's heartbeat arrived before its deadline, but waits behind
+    job.max.files.per.trigger files. The batches that run meanwhile, after the deadline, hold
+    input only up to their horizon: the member is not expired; its heartbeat, read later, keeps
+    it; once no input is left behind a deadline, the member is expired."""
+    from tests.test_stream_alternatives import GroupState, frames, run_apply
+
+    blob, member, generation = stable_member()
+    deadline = decode_group(blob).timers[f"heartbeat-{member}"].deadline_ms
+    offsets = tmp_path / "offsets"
+    settings = dataclasses.replace(SETTINGS, offsets_dir=str(offsets))
+    if mode == op.GROUP_KEY:
+        function, state = op.group_function(settings), GroupState()
+        state.value = (blob,)
+
+        def group() -> Any:
+            assert state.value is not None
+            return decode_group(state.value[0])
+    else:
+        function, state = op.shard_function(settings), GroupState()
+        state.value = (op.encode_shard({"g": (deadline, blob)}),)
+
+        def group() -> Any:
+            assert state.value is not None
+            return decode_group(op.decode_shard(state.value[0])["g"][1])
+
+    state.timeout_at = deadline - 1
+    # 1. Batches after the deadline whose input ends before it (the heartbeat waits unread).
+    offset_log(offsets, 1, deadline + 2_000, deadline - 50)
+    ticks = run_apply(function, state, deadline + 2_000, [])
+    assert [row for row in ticks if row[0] != op.TICK] == [] and member in group().members
+    assert state.timeout_at is not None and state.timeout_at <= deadline + 2_001  # still due
+    # 2. The heartbeat's file (stamped before the deadline) is read; its horizon is later.
+    beat = json.dumps(
+        {"api": "heartbeat", "request_id": "h", "group_id": "g", "member_id": member,
+         "generation_id": generation}
+    )  # fmt: skip
+    offset_log(offsets, 2, deadline + 4_000, deadline + 4_000)
+    rows = run_apply(
+        function, state, deadline + 4_000, frames([beat], 10, stamped(9, deadline - 30))
+    )
+    answers = [json.loads(r[7]) for r in rows if r[0] == op.RESPONSE]
+    assert [a["error"] for a in answers] == [None]
+    assert member in group().members and group().state.value == "Stable"
+    # 3. Silent since: expired once a batch holds all input up to its new deadline.
+    silent_until = deadline - 30 + 10_000
+    offset_log(offsets, 3, silent_until + 1, silent_until + 1)
+    run_apply(function, state, silent_until + 1, [])
+    assert state.value is None or member not in group().members

@@ -48,6 +48,7 @@ always runs on RocksDB.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import random
@@ -263,15 +264,17 @@ def start_floor(
 
 
 def batchtime_stream(spark: Any, settings: Settings, opsettings: operator.OperatorSettings) -> Any:
-    """The job's operator with every request served at its batch's time: the arrival stamps are
-    taken out of the rows' file names (``<seq>@<ms>-<name>`` becomes an older release's
-    ``<seq>-<name>``, whose requests have no arrival) before the operator reads them."""
+    """The job's operator with every request served at its batch's time, and every timer fired
+    at it: the arrival stamps are taken out of the rows' file names (``<seq>@<ms>-<name>``
+    becomes an older release's ``<seq>-<name>``, whose requests have no arrival) before the
+    operator reads them, and the operator does not read the batches' input horizons."""
     from pyspark.sql import functions as F
 
     lines = job.inbox_stream(spark, settings).withColumn(
         "source_file", F.regexp_replace("source_file", r"/(\d{16})(%40|@)\d+-", "/$1-")
     )
-    return job.keyed_operator(lines, settings, opsettings)
+    at_batch_time = dataclasses.replace(opsettings, offsets_dir=None)
+    return job.keyed_operator(lines, settings, at_batch_time)
 
 
 # --- requests ---------------------------------------------------------------------------------

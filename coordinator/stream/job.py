@@ -800,6 +800,7 @@ def operator_settings(
         CoordinatorNode(job.node_id, job.node_host, job.node_port),
         max_request_bytes=job.max_request_bytes,
         bootstrap_dir=identity.bootstrap_dir,
+        offsets_dir=str(job.paths.checkpoint / "offsets"),
     )
 
 

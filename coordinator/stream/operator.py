@@ -20,7 +20,11 @@ batch's input only. The clock is the batch's timestamp (``getCurrentProcessingTi
 Spark keeps in its offsets log and restores when it re-runs a batch) and each request's arrival,
 which the inbox source stamped into its file's name (:func:`coordinator.stream.source.arrival_of`)
 when it sequenced it: a group's requests are served at their arrivals and its timers fire
-between them in time order (:func:`coordinator.step.step`), then at the batch's time. Member ids
+between them in time order (:func:`coordinator.step.step`), then at the batch's clock: its
+timestamp, or the batch's input horizon when that is earlier (the time up to which the batch
+holds every request that arrived, which the source puts in the batch's offset, in Spark's
+offset log: :func:`coordinator.stream.source.batch_horizon`), so that no timer fires before a
+request that arrived earlier is served. Member ids
 come from :class:`coordinator.ids.KeyedIds` (a keyed hash of the seed, the group id and the
 request id), and a key's lines are applied in (file name, position in file) order, never in the
 order Spark hands rows over. Output rows carry the batch's time (``timestamp_ms``: the log's
@@ -61,7 +65,7 @@ from coordinator.log.partitioning import partition_for
 from coordinator.log.records import record_from_bytes, replay
 from coordinator.requests import BadRequest, bad_request_response, parse
 from coordinator.step import step
-from coordinator.stream.source import arrival_of
+from coordinator.stream.source import arrival_of, batch_horizon
 
 # --- output rows ------------------------------------------------------------------------------
 
@@ -132,13 +136,33 @@ class OperatorSettings:
     #: The checkpoint's bootstrap directory (a rebuild from the log), None when it has none:
     #: lines read from files beneath it are loads, every other line is a request.
     bootstrap_dir: str | None = None
+    #: The checkpoint's offset log (``<checkpoint>/offsets``), where each batch's input
+    #: horizon is read; None: every batch's clock is its timestamp.
+    offsets_dir: str | None = None
 
     def ids(self) -> KeyedIds:
         return KeyedIds(self.seed)
 
+    def clock(self, batch_ms: int) -> int:
+        """The clock of the batch whose timestamp is ``batch_ms``: its input horizon when that
+        is earlier (once per batch and process: the offset log is read on the first call)."""
+        if self.offsets_dir is None:
+            return batch_ms
+        key = (self.offsets_dir, batch_ms)
+        if key not in _HORIZONS:
+            if len(_HORIZONS) > 64:
+                _HORIZONS.clear()
+            _HORIZONS[key] = batch_horizon(self.offsets_dir, batch_ms)
+        horizon = _HORIZONS[key]
+        return batch_ms if horizon is None else min(batch_ms, horizon)
+
     def is_load(self, line: InboxLine) -> bool:
         """Whether ``line`` came from a bootstrap file (never true of an inbox line)."""
         return self.bootstrap_dir is not None and _under(line.source_file, self.bootstrap_dir)
+
+
+#: Input horizons by (offset log, batch timestamp), per Python worker.
+_HORIZONS: dict[tuple[str, int], int | None] = {}
 
 
 @dataclass(slots=True)
@@ -194,8 +218,10 @@ def run_group(
     now_ms: int,
     *,
     timed_out: bool = False,
+    emitted_ms: int | None = None,
 ) -> GroupOutcome:
-    """Step one group id over its lines (in their order key's order) at ``now_ms``."""
+    """Step one group id over its lines (in their order key's order) up to ``now_ms``; the
+    output rows carry ``emitted_ms`` (the batch's timestamp; by default ``now_ms``)."""
     partition = partition_for(group_id, settings.config.offsets_topic_num_partitions)
     group = None if blob is None else decode_group(blob)
     before = group_summary(group_id, group, partition) if group is not None else None
@@ -203,10 +229,12 @@ def run_group(
     errors: list[str] = []
     warnings: list[str] = []
 
+    stamp = now_ms if emitted_ms is None else emitted_ms
+
     def emit(
         kind: str, body: str | None = None, key: bytes | None = None, value: Any = None
     ) -> None:
-        rows.append((kind, group_id, len(rows), partition, key, value, now_ms, body))
+        rows.append((kind, group_id, len(rows), partition, key, value, stamp, body))
 
     if timed_out:
         emit(TICK)
@@ -562,8 +590,10 @@ def run_shard(
     state: dict[str, tuple[int | None, bytes]],
     lines: Iterable[InboxLine],
     now_ms: int,
+    emitted_ms: int | None = None,
 ) -> ShardOutcome:
-    """Step every group of one shard that has lines or a due timer, in group id order."""
+    """Step every group of one shard that has lines or a timer due by ``now_ms``, in group id
+    order (rows carry ``emitted_ms``, by default ``now_ms``)."""
     by_group: dict[str, list[InboxLine]] = {}
     for line in lines:
         by_group.setdefault(line.group_id, []).append(line)
@@ -580,6 +610,7 @@ def run_shard(
             by_group.get(group_id, ()),
             now_ms,
             timed_out=group_id in due,
+            emitted_ms=emitted_ms,
         )
         rows.extend(outcome.rows)
         errors.extend(outcome.internal_errors)
@@ -662,7 +693,13 @@ def group_function(settings: OperatorSettings) -> Any:
         now = state.getCurrentProcessingTimeMs()
         blob = bytes(state.get[0]) if state.exists else None
         outcome = run_group(
-            settings, group_id, blob, _lines(frames, False), now, timed_out=state.hasTimedOut
+            settings,
+            group_id,
+            blob,
+            _lines(frames, False),
+            settings.clock(now),
+            timed_out=state.hasTimedOut,
+            emitted_ms=now,
         )
         _report(outcome.internal_errors, outcome.warnings)
         if outcome.blob is None:
@@ -683,7 +720,7 @@ def shard_function(settings: OperatorSettings) -> Any:
     def apply(key: tuple[Any, ...], frames: Iterator[Any], state: Any) -> Iterator[Any]:
         now = state.getCurrentProcessingTimeMs()
         stored = decode_shard(bytes(state.get[0])) if state.exists else {}
-        outcome = run_shard(settings, stored, _lines(frames, True), now)
+        outcome = run_shard(settings, stored, _lines(frames, True), settings.clock(now), now)
         _report(outcome.internal_errors, outcome.warnings)
         if not outcome.state:
             if state.exists:

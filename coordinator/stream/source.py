@@ -28,10 +28,16 @@ with the files it sequenced, for the next process. A name of an older release,
 ``<seq:016d>-<name>`` (no ``@``: it cannot be mistaken for a stamped one), has no arrival: its
 requests are served at their batch's time, as they were.
 
-**Offsets.** ``{"inbox_seq": S, "inbox_files": F}``: the last sequence number read and how
-many files were read up to it since the checkpoint began. ``F`` lets a re-read of a range tell
-a gap in the numbers (a file that vanished between listing and renaming, a crash between
-reserving numbers and renaming) from a file that moved. A new checkpoint starts before the
+**Offsets.** ``{"inbox_seq": S, "inbox_files": F, "inbox_horizon_ms": H}``: the last sequence
+number read and how many files were read up to it since the checkpoint began. ``F`` lets a
+re-read of a range tell a gap in the numbers (a file that vanished between listing and
+renaming, a crash between reserving numbers and renaming) from a file that moved. ``H``, the
+batch's **input horizon**, is the time up to which the batch holds every request that arrived:
+the listing's time, or, when files wait beyond ``job.max.files.per.trigger``, the stamp of the
+first one waiting. The operator fires no timer past it (:func:`batch_horizon`): a request
+still unread, or not yet listed, may arrive before a deadline and must be served first. A
+batch's offset is in Spark's offset log before it runs, so a re-run has the same horizon; the
+horizon moves on at every listing, so an idle job's batches still move the clock. A new checkpoint starts before the
 oldest file still waiting in ``_sequenced/`` (else after the last number assigned), and keeps
 that first offset in ``<checkpoint>/inbox-source-initial.json``: Spark asks for it again to
 re-run batch 0.
@@ -70,7 +76,7 @@ import os
 import re
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
@@ -97,6 +103,7 @@ INITIAL_FILE = "inbox-source-initial.json"
 #: Offset keys (named so that a checkpoint's offset lines say whose they are).
 SEQ = "inbox_seq"
 FILES = "inbox_files"
+HORIZON = "inbox_horizon_ms"
 CLEAN_MODES = ("archive", "delete", "off")
 
 #: ``<seq>@<arrival_ms>-<name>``, or an older release's ``<seq>-<name>`` (no arrival).
@@ -142,9 +149,14 @@ class Offset:
 
     seq: int
     files: int
+    #: The batch's input horizon (see the module's doc); not part of the position.
+    horizon_ms: int | None = field(default=None, compare=False)
 
     def json(self) -> dict[str, int]:
-        return {SEQ: self.seq, FILES: self.files}
+        value = {SEQ: self.seq, FILES: self.files}
+        if self.horizon_ms is not None:
+            value[HORIZON] = self.horizon_ms
+        return value
 
     @classmethod
     def of(cls, value: dict[str, Any]) -> Offset:
@@ -154,7 +166,10 @@ class Offset:
                 f"made by another source (an older release's text file source?); rebuild it "
                 f"from the log: coordinator run --rebuild-from-log"
             )
-        return cls(int(value[SEQ]), int(value.get(FILES, 0)))
+        horizon = value.get(HORIZON)
+        return cls(
+            int(value[SEQ]), int(value.get(FILES, 0)), None if horizon is None else int(horizon)
+        )
 
 
 class MissingInboxFiles(RuntimeError):
@@ -295,15 +310,21 @@ class SequencedInbox:
 
     def next_batch(self, start: Offset, max_files: int) -> tuple[list[Path], Offset]:
         """Sequence what arrived, then the files after ``start`` (at most ``max_files``, in
-        sequence order) and the offset that ends them."""
+        sequence order) and the offset that ends them, with the batch's input horizon: this
+        listing's time, or the arrival of the first file left waiting. The offset moves on
+        (its horizon) even when no file came."""
         # Numbers continue past any offset Spark holds, whatever became of .sequence.
         self._last = max(self.last_assigned(), start.seq)
         self.discover()
-        chosen = [(seq, name) for seq, name in self._list_sequenced() if seq > start.seq]
-        chosen = chosen[:max_files]
+        staged = [(seq, name) for seq, name in self._list_sequenced() if seq > start.seq]
+        chosen, waiting = staged[:max_files], staged[max_files:]
+        stamps = [arrival_of(name) for _, name in waiting]
+        horizon = next((at for at in stamps if at is not None), self._listed)
+        if start.horizon_ms is not None and horizon is not None:
+            horizon = max(horizon, start.horizon_ms)  # never back (a wall clock stepped back)
         if not chosen:
-            return [], start
-        end = Offset(chosen[-1][0], start.files + len(chosen))
+            return [], Offset(start.seq, start.files, horizon)
+        end = Offset(chosen[-1][0], start.files + len(chosen), horizon)
         return [self.sequenced / name for _, name in chosen], end
 
     def between(self, start: Offset, end: Offset) -> list[tuple[Path, Path]]:
@@ -357,6 +378,39 @@ def read_file(label: Path, path: Path | None = None) -> tuple[str, bytes]:
     return label.absolute().as_uri(), (path or label).read_bytes()
 
 
+def _source_offset(lines: list[str]) -> Offset | None:
+    """This source's offset among the source lines of one of Spark's offset log files."""
+    for line in lines:
+        with contextlib.suppress(ValueError):
+            value = json.loads(line)
+            if isinstance(value, dict) and SEQ in value:
+                return Offset.of(value)
+    return None
+
+
+def batch_horizon(offsets_dir: str | Path, batch_timestamp_ms: int) -> int | None:
+    """The input horizon of the batch whose timestamp is ``batch_timestamp_ms``, from Spark's
+    offset log (``<checkpoint>/offsets/<batch id>``: a version line, the batch's metadata with
+    ``batchTimestampMs``, then one JSON line per source), which Spark writes before the batch
+    runs and never changes: the same for every task of the batch and for a re-run of it. None
+    when unknown (no such batch among the latest, a checkpoint of an older release)."""
+    directory = Path(offsets_dir)
+    try:
+        ids = sorted((int(n) for n in os.listdir(directory) if n.isdigit()), reverse=True)
+    except FileNotFoundError:
+        return None
+    for batch_id in ids[:3]:  # the batch running now is the latest, or close to it
+        try:
+            lines = (directory / str(batch_id)).read_text(encoding="utf-8").splitlines()
+            meta = json.loads(lines[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if meta.get("batchTimestampMs") == batch_timestamp_ms:
+            offset = _source_offset(lines[2:])
+            return None if offset is None else offset.horizon_ms
+    return None
+
+
 def committed_offset(checkpoint: Path) -> Offset | None:
     """This source's offset in a checkpoint's last committed batch (None: no committed batch,
     or the checkpoint did not read the inbox with this source). Spark's offset log files are a
@@ -369,12 +423,7 @@ def committed_offset(checkpoint: Path) -> Offset | None:
         text = (checkpoint / "offsets" / str(max(ids))).read_text(encoding="utf-8")
     except OSError:
         return None
-    for line in text.splitlines()[2:]:
-        with contextlib.suppress(ValueError):
-            value = json.loads(line)
-            if isinstance(value, dict) and SEQ in value:
-                return Offset.of(value)
-    return None
+    return _source_offset(text.splitlines()[2:])
 
 
 # --- the Spark data source --------------------------------------------------------------------
