@@ -354,16 +354,22 @@ def test_kafka_partition_expression_matches_partition_for(spark):
         assert {r.g: r.p for r in rows} == {n: partition_for(n, partitions) for n in names}
 
 
-#: The lagging job's member: its session, and when its heartbeat is sent after its sync.
-LAG_SESSION_MS = 20_000
-LAG_HEARTBEAT_AFTER_S = 6.0
+#: The lagging job's member: its session; when its heartbeat is sent after its sync; and the
+#: backlog in front of it: files dropped just before it, read a few per batch.
+LAG_SESSION_MS = 30_000
+LAG_HEARTBEAT_AFTER_S = 10.0
+LAG_BACKLOG_FILES = 8
+LAG_FILES_PER_TRIGGER = 2
 
 
 def test_a_member_that_heartbeated_on_time_is_not_expired_by_a_job_that_lags(spark, tmp_path):
     """The job stalls (a batch held in its sink) past a member's session deadline; the member's
-    heartbeat reached the inbox before the deadline. The batch that reads it runs after the
-    deadline, yet serves it at its arrival: answered without error, the member stays, the group
-    stays Stable. (Served at the batch's time, the member would have been expired first.)"""
+    heartbeat reached the inbox before the deadline, behind a backlog of other files that takes
+    several batches to read. Every batch runs after the deadline, yet the member is not
+    expired: the batches before the heartbeat's hold input only up to the first file still
+    waiting (their clock), and the heartbeat is served at its arrival. It is answered without
+    error, the member stays, the group stays Stable. (Served at the batches' time, the member
+    would have been expired by the first batch after the stall.)"""
     import threading
 
     holding, held, release = threading.Event(), threading.Event(), threading.Event()
@@ -373,7 +379,9 @@ def test_a_member_that_heartbeated_on_time_is_not_expired_by_a_job_that_lags(spa
             held.set()
             release.wait(timeout=120)
 
-    c = RunningCoordinator(spark, tmp_path / "warehouse")  # shard-keyed, the default
+    c = RunningCoordinator(
+        spark, tmp_path / "warehouse", max_files_per_trigger=LAG_FILES_PER_TRIGGER
+    )  # shard-keyed, the default
     c.after_write = lag
     c.start()
     try:
@@ -389,25 +397,31 @@ def test_a_member_that_heartbeated_on_time_is_not_expired_by_a_job_that_lags(spa
         assert synced["error"] is None
         # The sync arrived after sync_sent and was served at its arrival: the session's
         # deadline lies in [sync_sent, synced_at] + the session timeout.
+        deadline_s = synced_at + LAG_SESSION_MS / 1000  # at the latest
         holding.set()
         c.wait_for(held.is_set, what="a batch held in the sink")
         c.wait_for(lambda: time.time() >= synced_at + LAG_HEARTBEAT_AFTER_S, what="a while")
+        backlog = [f"b{i}" for i in range(LAG_BACKLOG_FILES)]
+        for rid in backlog:
+            c.client.submit([fetch(rid, "bystander")])
         c.client.submit([heartbeat("h", group, member, generation)])
         beat_landed = time.time()
         assert beat_landed < sync_sent + LAG_SESSION_MS / 1000, "the box is too slow for this test"
         # Hold the job until the deadline has certainly passed, then let it go on.
         c.wait_for(
-            lambda: time.time() > synced_at + LAG_SESSION_MS / 1000 + 0.5,
+            lambda: time.time() > deadline_s + 0.5,
             timeout_s=LAG_SESSION_MS / 1000 + 30,
             what="the session deadline to pass",
         )
         release.set()
-        answer = c.client.wait(["h"], timeout_s=60)["h"]
+        answer = c.client.wait(["h"], timeout_s=120)["h"]
         assert answer["error"] is None, answer
-        (row,) = [r for r in c.rows("responses") if r["request_id"] == "h"]
-        # The batch that answered it ran after the deadline (no batch ran while it was held).
-        assert row["emitted_at_ms"] > synced_at * 1000 + LAG_SESSION_MS
-        # Its file was stamped with its arrival, before the deadline (and kept the stamp).
+        emitted = {r["request_id"]: r["emitted_at_ms"] for r in c.rows("responses")}
+        # Every batch after the stall ran after the deadline: the backlog took several.
+        assert min(emitted[rid] for rid in backlog) > deadline_s * 1000
+        assert len({emitted[rid] for rid in backlog}) > 1
+        assert emitted["h"] > max(emitted[rid] for rid in backlog)
+        # The heartbeat's file was stamped with its arrival, before the deadline.
         (stamp,) = c.wait_for(lambda: heartbeat_stamps(c.warehouse), what="the file archived")
         assert stamp is not None and stamp < sync_sent * 1000 + LAG_SESSION_MS
         # The member is still in its generation, and the group Stable.
