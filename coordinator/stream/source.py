@@ -37,10 +37,10 @@ the listing's time, or, when files wait beyond ``job.max.files.per.trigger``, th
 first one waiting. The operator fires no timer past it (:func:`batch_horizon`): a request
 still unread, or not yet listed, may arrive before a deadline and must be served first. A
 batch's offset is in Spark's offset log before it runs, so a re-run has the same horizon; the
-horizon moves on at every listing, so an idle job's batches still move the clock. A new checkpoint starts before the
-oldest file still waiting in ``_sequenced/`` (else after the last number assigned), and keeps
-that first offset in ``<checkpoint>/inbox-source-initial.json``: Spark asks for it again to
-re-run batch 0.
+horizon moves on at every listing, so an idle job's batches still move the clock. A new
+checkpoint starts before the oldest file still waiting in ``_sequenced/`` (else after the last
+number assigned), and keeps that first offset in ``<checkpoint>/inbox-source-initial.json``:
+Spark asks for it again to re-run batch 0.
 
 **Re-runs are exact.** A batch's range ``(start, end]`` is in Spark's offset log before the
 batch runs; reading it again (after a crash between ``offsets/N`` and ``commits/N``) reads the
