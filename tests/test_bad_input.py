@@ -16,6 +16,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 import pyarrow as pa
 import pytest
@@ -933,8 +934,9 @@ def test_the_running_job_survives_every_kind_at_once(spark: Any, tmp_path: Path)
             what="rejected rows",
         )
         assert sorted(r["raw"] for r in rows) == sorted(x.decode()[: 64 * 1024] for x in rejected)
-        # The file as the inbox source sequenced it: .../_sequenced/<sequence number>-mixed.jsonl.
-        names = {r["source_file"].rsplit("/", 1)[-1] for r in rows}
+        # The file as the inbox source sequenced it: .../_sequenced/<seq>@<arrival>-mixed.jsonl
+        # (a file: URI, its "@" escaped).
+        names = {unquote(r["source_file"].rsplit("/", 1)[-1]) for r in rows}
         assert [parse_sequenced(name)[1] for name in names] == ["mixed.jsonl"]  # type: ignore[index]
         dup_rows = [r for r in c.rows(RESPONSES) if r["request_id"] == "dup"]
         assert len(dup_rows) == 2  # answered each time

@@ -12,6 +12,7 @@ import random
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlparse
 
 import pytest
 from chispa import assert_df_equality
@@ -189,12 +190,18 @@ def test_a_group_forms_heartbeats_commits_and_fetches(coordinator: RunningCoordi
     assert state[0]["rebalance_reason"] == formed
 
     # group_history: every change of the summary, batch by batch; the rebalance reads as
-    # PreparingRebalance -> CompletingRebalance -> Stable, each row with the reason.
+    # PreparingRebalance -> CompletingRebalance -> Stable, each row with the reason. With no
+    # initial rebalance delay the join completes in the batch that brought the joins (served
+    # at their arrival, the batch's clock is later), so PreparingRebalance is seldom seen.
     history = sorted(c.rows("group_history"), key=lambda r: r["batch_id"])
     assert {r["group_id"] for r in history} == {"payments"}
     states = [r["state"] for r in history]
     transitions = [s for i, s in enumerate(states) if i == 0 or s != states[i - 1]]
-    assert transitions == ["Empty", "PreparingRebalance", "CompletingRebalance", "Stable"]
+    assert [s for s in transitions if s != "PreparingRebalance"] == [
+        "Empty",
+        "CompletingRebalance",
+        "Stable",
+    ]
     assert [r["rebalance_reason"] for r in history] == [
         None if r["state"] == "Empty" else formed for r in history
     ]
@@ -334,8 +341,9 @@ def test_bad_lines_get_answers_or_land_in_rejected_requests(coordinator: Running
     assert answers["bad3"]["error"] == "INVALID_GROUP_ID"
     rejected = c.wait_for(lambda: c.rows("rejected_requests"), what="rejected rows")
     assert sorted(r["raw"] for r in rejected) == sorted(lines[:3])
-    # The file as the inbox source sequenced it: <sequence number>-bad.jsonl.
-    names = {Path(r["source_file"].removeprefix("file:")).name for r in rejected}
+    # The file as the inbox source sequenced it: <sequence number>@<arrival>-bad.jsonl (a file:
+    # URI, its "@" escaped).
+    names = {Path(unquote(urlparse(r["source_file"]).path)).name for r in rejected}
     assert [parse_sequenced(name)[1] for name in names] == ["bad.jsonl"]  # type: ignore[index]
     # No group was created by any of it, and the stream is still serving.
     assert c.rows("group_state") == []
