@@ -32,6 +32,7 @@ import statistics
 import tempfile
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import pyarrow as pa
@@ -39,7 +40,7 @@ from deltalake import DeltaTable, write_deltalake
 
 from coordinator.stream import schema
 from coordinator.stream.retention import DEFAULT_RETENTION, Retention
-from coordinator.stream.sink import DEFAULT_HOUSEKEEPING, DeltaSink, Housekeeping
+from coordinator.stream.sink import DEFAULT_HOUSEKEEPING, DeltaSink
 
 APP = "bench-delta-log"
 GROUPS = 20
@@ -175,13 +176,8 @@ def _log_size(table: Path) -> tuple[int, int]:
 def run_sustained(
     minutes: float, log_retention_ms: int, trigger_ms: int, every_s: float, root: Path
 ) -> list[dict[str, object]]:
-    housekeeping = Housekeeping(
-        compact_every_batches=DEFAULT_HOUSEKEEPING.compact_every_batches,
-        checkpoint_every_batches=DEFAULT_HOUSEKEEPING.checkpoint_every_batches,
-        vacuum_every_batches=DEFAULT_HOUSEKEEPING.vacuum_every_batches,
-        vacuum_retention_hours=DEFAULT_HOUSEKEEPING.vacuum_retention_hours,
-        retention_every_batches=DEFAULT_HOUSEKEEPING.retention_every_batches,
-        retention=Retention(delta_log_retention_ms=log_retention_ms),
+    housekeeping = replace(
+        DEFAULT_HOUSEKEEPING, retention=Retention(delta_log_retention_ms=log_retention_ms)
     )
     sink = DeltaSink(root, APP, housekeeping)
     tables = [n for n in schema.TABLES if n != schema.REJECTED_REQUESTS]
