@@ -40,6 +40,10 @@ from coordinator.stream.settings import load_settings
 from coordinator.stream.sink import DeltaSink, Housekeeping
 from tests.admin_support import Story, build_story
 
+#: Delta tables written and read (about 13 s on a quiet box): with the slow tests, as the
+#: retention tests, so that make test-fast stays the engine in seconds.
+pytestmark = pytest.mark.slow
+
 START_MS = 1_700_000_000_000
 STEP_MS = 1_000
 
