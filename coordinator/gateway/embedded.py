@@ -49,6 +49,7 @@ from coordinator.config import CoordinatorConfig
 from coordinator.engine import CoordinatorNode, GroupCoordinator
 from coordinator.errors import Error
 from coordinator.gateway.backend import cannot_serve
+from coordinator.stream.client import wall_clock_ms
 from coordinator.stream.ownership import DEFAULT_LEASE_TIMEOUT_MS, Ownership, OwnershipLost
 
 if TYPE_CHECKING:
@@ -64,10 +65,6 @@ RELOAD_RETRY_S = 1.0
 SUMMARY_INTERVAL_MS = 1000.0
 #: A group_state row written by an earlier run, not yet compared with the engine's group.
 _UNKNOWN: dict[str, Any] = {}
-
-
-def wall_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 class EmbeddedBackend:
@@ -140,7 +137,7 @@ class EmbeddedBackend:
         runs on a worker thread (seconds for a big log), so that the gateway keeps answering
         meanwhile (LOAD_IN_PROGRESS); nothing else touches the new engine until it is set."""
         self.engine = await asyncio.to_thread(
-            GroupCoordinator.from_records, records, self.config, wall_ms(), node=self._node
+            GroupCoordinator.from_records, records, self.config, wall_clock_ms(), node=self._node
         )
         self._dirty = set(self._summaries) | set(self.engine.group_ids())
         if self.metrics is not None:
@@ -211,7 +208,7 @@ class EmbeddedBackend:
             return cannot_serve(request, message, Error.COORDINATOR_LOAD_IN_PROGRESS)
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._waiting[str(request["request_id"])] = (request, future)
-        self._emit(self.engine.handle(request, wall_ms()))
+        self._emit(self.engine.handle(request, wall_clock_ms()))
         self._wake.set()  # the next deadline may have moved
         try:
             return await future
@@ -245,11 +242,11 @@ class EmbeddedBackend:
     async def _scheduler(self) -> None:
         while True:
             deadline = self.engine.next_deadline()
-            timeout = None if deadline is None else max(0.0, (deadline - wall_ms()) / 1000)
+            timeout = None if deadline is None else max(0.0, (deadline - wall_clock_ms()) / 1000)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout)
             self._wake.clear()
-            self._emit(self.engine.advance(wall_ms()))
+            self._emit(self.engine.advance(wall_clock_ms()))
 
     async def _writer(self) -> None:
         while not self._closing:
@@ -331,7 +328,7 @@ class EmbeddedBackend:
         self._wake.set()
 
     def _write(self, records: list[dict[str, Any]], groups: list[dict[str, Any]]) -> None:
-        now = wall_ms()
+        now = wall_clock_ms()
         self._sink.write_batch(
             self._batch_id,
             records=records,

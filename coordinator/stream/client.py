@@ -53,7 +53,8 @@ def prepare_requests(requests: Iterable[Mapping[str, Any]]) -> list[dict[str, An
     return prepared
 
 
-def _wall_clock_ms() -> int:
+def wall_clock_ms() -> int:
+    """Now, in epoch milliseconds."""
     return time.time_ns() // 1_000_000
 
 
@@ -72,7 +73,7 @@ class Inbox:
     Thread safe: each call writes its own file.
     """
 
-    def __init__(self, path: str | Path, *, clock: Callable[[], int] = _wall_clock_ms) -> None:
+    def __init__(self, path: str | Path, *, clock: Callable[[], int] = wall_clock_ms) -> None:
         self.path = Path(path)
         self._clock = clock
         host = re.sub(r"[^A-Za-z0-9]+", ".", socket.gethostname()).strip(".") or "host"

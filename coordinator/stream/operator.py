@@ -279,16 +279,8 @@ def run_group(
         requests.append(raw)
         arrivals.append(line.arrival_ms)
 
-    timed = any(arrival is not None for arrival in arrivals)
-    result = step(
-        group,
-        group_id,
-        requests,
-        now_ms,
-        settings.config,
-        settings.ids(),
-        arrivals if timed else None,
-    )
+    # A request without an arrival (a file of an older release) is served at now_ms.
+    result = step(group, group_id, requests, now_ms, settings.config, settings.ids(), arrivals)
     for answer in result.responses:
         emit(RESPONSE, jsonio.dumps(answer))
     for record in result.records:

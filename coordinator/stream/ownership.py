@@ -55,13 +55,14 @@ import os
 import re
 import socket
 import threading
-import time
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+from coordinator.stream.client import wall_clock_ms
 
 log = logging.getLogger(__name__)
 
@@ -78,10 +79,6 @@ _CLAIM = re.compile(r"^epoch-(\d+)\.json$")
 
 #: A wall clock in milliseconds (a fake one in tests).
 WallClock = Callable[[], int]
-
-
-def wall_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def owner_dir(warehouse_root: str | Path) -> Path:
@@ -313,7 +310,7 @@ class Ownership:
     ``on_lost`` is called once (from the heartbeat thread, or from whoever found out first)
     with the :class:`OwnershipLost` error when a newer owner took over."""
 
-    def __init__(self, root: Path, claim: Claim, clock: WallClock = wall_ms) -> None:
+    def __init__(self, root: Path, claim: Claim, clock: WallClock = wall_clock_ms) -> None:
         self.root = Path(root)
         self.directory = owner_dir(root)
         self.claim = claim
@@ -465,7 +462,7 @@ def current_verdict(
     return assess(
         current,
         lease,
-        wall_ms() if now_ms is None else now_ms,
+        wall_clock_ms() if now_ms is None else now_ms,
         host=host or socket.gethostname(),
         machine=_machine() if machine is None else machine,
         pid=os.getpid() if pid is None else pid,
@@ -480,7 +477,7 @@ def acquire(
     lease_timeout_ms: int = DEFAULT_LEASE_TIMEOUT_MS,
     *,
     tables: Iterable[Path] = (),
-    clock: WallClock = wall_ms,
+    clock: WallClock = wall_clock_ms,
     heartbeat: bool = True,
     host: str | None = None,
     pid: int | None = None,

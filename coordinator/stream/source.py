@@ -74,14 +74,13 @@ import json
 import logging
 import os
 import re
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
-from coordinator.stream.client import _fsync_dir
+from coordinator.stream.client import _fsync_dir, wall_clock_ms
 
 log = logging.getLogger("coordinator.source")
 
@@ -132,10 +131,6 @@ def arrival_of(source_file: str) -> int | None:
         name = unquote(name)  # as_uri() escapes the "@"
     match = _SEQUENCED_NAME.match(name)
     return None if match is None or match.group(2) is None else int(match.group(2))
-
-
-def wall_clock_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def visible(name: str) -> bool:
