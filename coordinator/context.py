@@ -31,6 +31,7 @@ def heartbeat_key(member_id: str) -> str:
 
 class GroupContext:
     __slots__ = (
+        "answer_ms",
         "config",
         "group",
         "group_id",
@@ -53,9 +54,13 @@ class GroupContext:
         offsets_partition: int,
         responses: list[dict[str, Any]],
         records: list[dict[str, Any]],
+        answer_ms: int | None = None,
     ) -> None:
         self.config = config
         self.now_ms = now_ms
+        #: When this step's responses leave (None: at once, at ``now_ms``). A request served at
+        #: its arrival is still answered only when the step runs; see :meth:`schedule`.
+        self.answer_ms = answer_ms
         self.ids = ids
         self.next_seq = next_seq
         self.group_id = group_id
@@ -93,8 +98,16 @@ class GroupContext:
         return group
 
     def schedule(self, key: str, delay_ms: int, kind: str, payload: Any = None) -> None:
+        """Arm a member-facing timer (session, join, sync, initial delay) ``delay_ms`` from the
+        time this step's responses leave.
+
+        A request read late is served at its arrival, but its member learns the outcome only
+        when the response leaves: a session, or the time to rejoin or sync, counts from then,
+        as it does in Kafka, where the response leaves at once. So a join that waited in the
+        inbox longer than its session is not expired as soon as it is answered."""
         assert self.group is not None
-        self.group.schedule(key, self.now_ms + delay_ms, self.next_seq(), kind, payload)
+        base = self.now_ms if self.answer_ms is None else max(self.now_ms, self.answer_ms)
+        self.group.schedule(key, base + delay_ms, self.next_seq(), kind, payload)
 
     def cancel(self, key: str) -> None:
         if self.group is not None:

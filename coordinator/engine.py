@@ -89,26 +89,34 @@ class GroupCoordinator:
 
     # --- the contract's API --------------------------------------------------------------------
 
-    def handle(self, request: Any, now_ms: int) -> list[dict[str, Any]]:
-        """Fire due timers, then serve one request. Never raises on a request."""
+    def handle(
+        self, request: Any, now_ms: int, *, answered_ms: int | None = None
+    ) -> list[dict[str, Any]]:
+        """Fire due timers, then serve one request. Never raises on a request.
+
+        ``answered_ms``: when the response will leave, if later than ``now_ms`` (a request
+        read late and served at its arrival, as the Spark job's step does): the timers the
+        request, or a timer fired before it, arms for its members count from then
+        (:meth:`GroupContext.schedule`)."""
         out: list[dict[str, Any]] = []
-        self._advance(now_ms, out)
+        self._advance(now_ms, out, answered_ms)
         try:
             parsed = parse(request)
         except BadRequest as problem:
             out.append(bad_request_response(request, problem))
             return out
         try:
-            self._handle(parsed, out)
+            self._handle(parsed, out, answered_ms)
         except Exception as exc:  # an engine bug must not take the stream down with it
             self.internal_errors.append(f"{parsed.api} {parsed.request_id!r}: {exc!r}")
             out.append(error_response(parsed, Error.UNKNOWN_SERVER_ERROR, f"internal error: {exc}"))
         return out
 
-    def advance(self, now_ms: int) -> list[dict[str, Any]]:
-        """Move the clock to ``now_ms`` and fire every timer due by then."""
+    def advance(self, now_ms: int, *, answered_ms: int | None = None) -> list[dict[str, Any]]:
+        """Move the clock to ``now_ms`` and fire every timer due by then (``answered_ms``: as
+        for :meth:`handle`)."""
         out: list[dict[str, Any]] = []
-        self._advance(now_ms, out)
+        self._advance(now_ms, out, answered_ms)
         return out
 
     def drain_records(self) -> list[dict[str, Any]]:
@@ -256,7 +264,9 @@ class GroupCoordinator:
 
     # --- serving -------------------------------------------------------------------------------
 
-    def _handle(self, request: Request, out: list[dict[str, Any]]) -> None:
+    def _handle(
+        self, request: Request, out: list[dict[str, Any]], answered_ms: int | None = None
+    ) -> None:
         api = request.api
         if api == "list_groups":
             out.append(self._list_groups(request))
@@ -285,7 +295,7 @@ class GroupCoordinator:
             out.append(error_response(request, answer, f"offsets partition {partition} is loading"))
             return
         group_id = request.group_id
-        ctx = self._context(group_id, self._groups.get(group_id), out)
+        ctx = self._context(group_id, self._groups.get(group_id), out, answered_ms)
         serve(ctx, request)
         self._commit(ctx)
 
@@ -304,7 +314,11 @@ class GroupCoordinator:
     # --- groups, timers, records ---------------------------------------------------------------
 
     def _context(
-        self, group_id: str, group: ClassicGroup | None, out: list[dict[str, Any]]
+        self,
+        group_id: str,
+        group: ClassicGroup | None,
+        out: list[dict[str, Any]],
+        answered_ms: int | None = None,
     ) -> GroupContext:
         return GroupContext(
             self.config,
@@ -316,6 +330,7 @@ class GroupCoordinator:
             self.partition_for(group_id),
             out,
             [],
+            answered_ms,
         )
 
     def _commit(self, ctx: GroupContext) -> None:
@@ -342,7 +357,9 @@ class GroupCoordinator:
             self._next_offset[partition] = offset
             self._records.extend(ctx.records)
 
-    def _advance(self, now_ms: int, out: list[dict[str, Any]]) -> None:
+    def _advance(
+        self, now_ms: int, out: list[dict[str, Any]], answered_ms: int | None = None
+    ) -> None:
         # The clock never goes backwards; an earlier now_ms is read as "no time passed".
         if now_ms > self._now:
             self._now = now_ms
@@ -359,7 +376,7 @@ class GroupCoordinator:
             head = group.next_timer()
             if head is None:
                 continue
-            ctx = self._context(group_id, group, out)
+            ctx = self._context(group_id, group, out, answered_ms)
             if head[:2] == (deadline, seq):
                 try:
                     fire_timer(ctx, head[2])

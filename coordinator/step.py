@@ -13,6 +13,11 @@ step runs later, so a member whose heartbeat arrived before its session deadline
 because the heartbeat was read late. The clock never goes backwards (``ClassicGroup.clock_ms``
 keeps it between steps): a request's time is ``max(clock, min(arrival, now_ms))``.
 
+The responses all leave at ``now_ms``, so the timers a step arms for its members (sessions, the
+time to rejoin or to sync) count from ``now_ms``, not from the arrival that armed them: a member
+can act on an answer only once it has it (:meth:`GroupContext.schedule`). Lag therefore delays
+the detection of a dead member by the lag, and never expires a live one.
+
 What is decided here and not per API: the checks Kafka makes before a group is touched (group id,
 session-timeout bounds) and which function serves which API or timer.
 """
@@ -152,12 +157,17 @@ def step(
 
     ``arrival_ms``, when given, holds each request's arrival time (None: it arrived at
     ``now_ms``). The step starts at the first request's time and fires the timers due by then;
-    each later request that moves the clock on fires the timers due by its time first (requests
-    at one instant are served together, as one batch); after the last request the clock moves
-    to ``now_ms`` and fires what is due by then. A time is clamped to ``[clock, now_ms]``, where
-    the clock is where the group's previous step left it (``clock_ms``), so time never goes
-    backwards for a group. Without arrivals every request is served at ``now_ms`` after the
-    timers due by then, as before arrivals existed.
+    each later request that moves the clock on fires the timers due by its time first; after
+    the last request the clock moves to ``now_ms`` and fires every timer due by then. A time is
+    clamped to ``[clock, now_ms]``, where the clock is where the group's previous step left it
+    (``clock_ms``), so time never goes backwards for a group. Timers the step arms count from
+    ``now_ms``, when its responses leave.
+
+    Requests at one instant are served together, as one batch: a timer that one of them arms
+    with no delay fires after them all (at the end of the step, or when the clock next moves),
+    as a timer's expiry is queued behind the requests already waiting in Kafka 4.x's
+    coordinator runtime. The facade, called once per request, fires it before the next
+    request instead; at distinct instants the two agree exactly.
     """
     requests = list(requests)
     if arrival_ms is not None and len(arrival_ms) != len(requests):
@@ -179,7 +189,9 @@ def step(
     start = arrived(0) if requests else now_ms
     if group is not None and group.clock_ms is not None:
         start = max(group.clock_ms, start)
-    ctx = GroupContext(config, start, ids, next_seq, group_id, group, partition, responses, records)
+    ctx = GroupContext(
+        config, start, ids, next_seq, group_id, group, partition, responses, records, now_ms
+    )
 
     def fire() -> None:
         try:
@@ -194,9 +206,8 @@ def step(
             ctx.now_ms = at
             fire()
         _serve_raw(ctx, raw, config, responses, internal_errors)
-    if now_ms > ctx.now_ms:
-        ctx.now_ms = now_ms
-        fire()
+    ctx.now_ms = max(ctx.now_ms, now_ms)
+    fire()  # also what the requests armed to fire at once (a delay of 0)
     if ctx.group is not None:
         ctx.group.timer_seq = counter[0]
         ctx.group.clock_ms = ctx.now_ms

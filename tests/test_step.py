@@ -198,8 +198,9 @@ def test_a_heartbeat_that_arrived_before_the_session_deadline_keeps_the_member()
     assert on_time.group is not None and on_time.group.state.value == "Stable"
     assert list(on_time.group.members) == [a, b]
     assert on_time.records == []  # no rebalance, nothing to log
-    # Their sessions run from their arrival, not from the batch's time.
-    assert on_time.next_deadline_ms == deadline - 5 + 1_000
+    # Served at their arrival, answered at the batch's time: their sessions run from the
+    # answer, when the members can act on it.
+    assert on_time.next_deadline_ms == late + 1_000
     assert on_time.group.clock_ms == late
 
     read_late = step(copy.deepcopy(group), "g", beats, late, CONFIG, SequentialIds())
@@ -217,19 +218,24 @@ def test_a_heartbeat_that_arrived_before_the_session_deadline_keeps_the_member()
 
 
 def test_timers_fire_between_requests_in_time_order() -> None:
-    """A rejoin starts a rebalance whose join purgatory expires (rebalance timeout 2000 ms)
-    between a heartbeat and a describe of the same batch: the follower, which never rejoined,
+    """A rejoin starts a rebalance whose join purgatory (rebalance timeout 2000 ms) expires
+    between a heartbeat and a describe of the next batch: the follower, which never rejoined,
     is removed at the describe's time, before the describe is served."""
     group, (a, b), generation, at = stable_pair()
-    rejoin_at, beat_at, describe_at, now = at + 10, at + 20, at + 2_500, at + 3_000
+    rejoin_at = at + 10
+    started = step(group, "g", [join("r", "g", a)], rejoin_at, CONFIG, SequentialIds())
+    assert started.responses == []  # parked until b rejoins or the purgatory expires
+    assert started.group is not None
+    assert started.group.timers["join"].deadline_ms == rejoin_at + 2_000
+    beat_at, describe_at, now = at + 20, at + 2_500, at + 3_000
     result = step(
-        group,
+        started.group,
         "g",
-        [join("r", "g", a), heartbeat("h-b", b, generation), describe("d")],
+        [heartbeat("h-b", b, generation), describe("d")],
         now,
         CONFIG,
         SequentialIds(),
-        [rejoin_at, beat_at, describe_at],
+        [beat_at, describe_at],
     )
     answers = [(r["request_id"], r["error"]) for r in result.responses]
     # The heartbeat sees the rebalance; the join completes (with a alone) before the describe.
@@ -241,8 +247,29 @@ def test_timers_fire_between_requests_in_time_order() -> None:
     # The timer fired at the clock it was advanced to: the describe's arrival.
     assert result.group is not None
     assert result.group.current_state_timestamp_ms == describe_at
-    # Then the timers armed by the completion run from there: a's new session first.
-    assert result.next_deadline_ms == describe_at + 1_000
+    # The timers armed by the completion run from when its answers leave: a's new session.
+    assert result.next_deadline_ms == now + 1_000
+
+
+def test_timers_armed_by_a_late_read_request_run_from_its_answer() -> None:
+    """The job lags by more than a session: a new member's JoinGroup waited in the inbox 5 s
+    (session 1 s). It is served at its arrival, but the member can only act on its answer,
+    which leaves when the step runs: its session counts from then, so the member is not
+    expired as soon as it is answered, and its rejoin with the id it was given succeeds."""
+    arrived, now = 1_000, 6_000
+    ids = SequentialIds()
+    first = step(None, "g", [join("j", "g")], now, CONFIG, ids, [arrived])
+    (answer,) = first.responses
+    assert answer["error"] == "MEMBER_ID_REQUIRED"
+    member = answer["member_id"]
+    assert first.group is not None
+    assert list(first.group.pending_members) == [member]
+    assert first.next_deadline_ms == now + 1_000
+    # Its rejoin, sent at once and read at once, finds the pending member.
+    rejoined = step(first.group, "g", [join("k", "g", member)], now + 50, CONFIG, ids)
+    assert rejoined.group is not None and member in rejoined.group.members
+    # The record of the group's creation keeps the time the request was served at.
+    assert rejoined.group.current_state_timestamp_ms == now + 50
 
 
 def test_the_clock_never_goes_backwards() -> None:
@@ -269,17 +296,22 @@ def test_the_clock_never_goes_backwards() -> None:
 
 def test_requests_at_one_instant_are_served_together() -> None:
     """Without arrival times (or with equal ones) every request of a step is served at one
-    instant, after the timers due by then, as one batch: two new members whose initial
-    rebalance delay is 0 join one generation."""
+    instant, as one batch: a timer one of them arms with no delay fires after them all, at the
+    end of the step. Two new members whose initial rebalance delay is 0 join one generation
+    (the facade, called once per request, would complete a generation for the first alone)."""
     config = CoordinatorConfig(group_initial_rebalance_delay_ms=0, group_min_session_timeout_ms=10)
     for arrivals in (None, [5, 5]):
-        ids = SequentialIds()
         joins = [join("a", "g", version=3), join("b", "g", version=3)]
-        first = step(None, "g", joins, 5, config, ids, arrivals)
-        assert first.responses == [] and first.next_deadline_ms == 5
-        done = step(first.group, "g", [], 6, config, ids)
-        assert {r["request_id"] for r in done.responses} == {"a", "b"}
-        assert {r["generation_id"] for r in done.responses} == {1}
+        done = step(None, "g", joins, 5, config, SequentialIds(), arrivals)
+        assert {r["request_id"]: r["generation_id"] for r in done.responses} == {"a": 1, "b": 1}
+        assert done.group is not None and done.group.state.value == "CompletingRebalance"
+    facade = GroupCoordinator(config, id_source=SequentialIds())
+    served = [
+        r
+        for j in (join("a", "g", version=3), join("b", "g", version=3))
+        for r in facade.handle(j, 5)
+    ]
+    assert [(r["request_id"], r["generation_id"]) for r in served] == [("a", 1)]
 
 
 def test_arrival_times_must_match_the_requests() -> None:
@@ -303,9 +335,10 @@ def test_a_step_with_arrival_times_is_deterministic() -> None:
     assert encode_group(first.group) == encode_group(again.group)
 
 
-# The facade serves each request at its own time (``handle(request, at)``): a run of per-group
-# steps with arrival times must give exactly what the facade gives for the same timeline, however
-# the requests are cut into batches and however late each batch runs.
+# The facade serves each request at its own time (``handle(request, at, answered_ms=...)``): a
+# run of per-group steps with arrival times must give exactly what the facade gives for the same
+# timeline, told when each batch's answers leave, however the requests are cut into batches and
+# however late each batch runs.
 
 TIMELINE_CONFIG = CoordinatorConfig(
     group_initial_rebalance_delay_ms=50,
@@ -373,29 +406,33 @@ def test_steps_with_arrival_times_give_the_facades_run(data: st.DataObject) -> N
     facade = GroupCoordinator(TIMELINE_CONFIG, id_source=SequentialIds())
     facade_out: list[dict[str, Any]] = []
     batches: list[tuple[list[dict[str, Any]], list[int], int]] = []
-    arrival, rids = 0, itertools.count()
+    arrival, now, rids = 0, 0, itertools.count()
     for _ in range(data.draw(st.integers(1, 8), label="batches")):
+        # Increasing arrivals; the first may be from before the previous batch ran (it waited
+        # for this one, which serves it at the group's clock). Requests at one instant are
+        # served together by a step and one by one by the facade (see ``step``), so each
+        # request has an instant of its own.
+        gaps = data.draw(st.lists(st.integers(1, 400), max_size=6), label="gaps")
+        arrival -= data.draw(st.integers(0, 300), label="waited") if gaps else 0
+        planned = list(itertools.accumulate(gaps, initial=arrival))[1:]
+        # A batch's time never goes back (Spark's batch timestamps, the inbox's horizons).
+        lag = data.draw(st.integers(0, 2_500), label="lag")
+        # (Room for the instants the requests below may be moved on by.)
+        now = max(now, (planned[-1] if planned else arrival) + lag) + len(planned)
         requests: list[dict[str, Any]] = []
         arrivals: list[int] = []
-        # Each batch's requests arrive after the previous batch ran. Requests that arrived
-        # before it and wait for this batch (served at the group's clock) are left out: with
-        # them Hypothesis found runs where the steps and the facade (which serves a stale
-        # request at its own clock) disagree, not yet explained.
-        arrival = max(arrival, facade.now_ms)
-        for _ in range(data.draw(st.integers(0, 6), label="requests")):
-            # Strictly increasing arrivals; a batch may still run after later ones arrived
-            # (they then wait for the next batch, which serves them at the group's clock).
-            arrival += data.draw(st.integers(1, 400), label="gap")
-            if facade.group("g") is None:
-                # No group, no clock: the facade's one clock outlives its groups.
-                arrival = max(arrival, facade.now_ms + 1)
-            facade_out += facade.advance(arrival)  # as handle would: draw from what it sees
+        for index, at in enumerate(planned):
+            if index > 0 or facade.group("g") is None:
+                # After the first, each request at an instant of its own; and with no group,
+                # no clock: the facade's one clock outlives its groups.
+                at = max(at, facade.now_ms + (index > 0))
+            # As handle would (draw the request from what the facade sees by then).
+            facade_out += facade.advance(at, answered_ms=now)
             request = timeline_request(data, f"r{next(rids)}", facade)
             requests.append(request)
-            arrivals.append(arrival)
-            facade_out += facade.handle(copy.deepcopy(request), arrival)
-        # A batch's time never goes back (Spark's batch timestamps, the inbox's horizons).
-        now = max(arrival + data.draw(st.integers(0, 2_500), label="lag"), facade.now_ms)
+            arrivals.append(at)
+            facade_out += facade.handle(copy.deepcopy(request), at, answered_ms=now)
+            arrival = at
         facade_out += facade.advance(now)
         batches.append((requests, arrivals, now))
 

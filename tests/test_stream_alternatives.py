@@ -264,8 +264,8 @@ def test_the_tws_processor_emits_what_apply_in_pandas_with_state_does():
 
     first = answers(both(1_250, [join("a0"), join("b0")]))
     a, b = first["a0"]["member_id"], first["b0"]["member_id"]
-    assert both(2_250, [join("a1", a), join("b1", b)])
-    joined = answers(both(2_500, []))  # the initial delay (0) ran out: a timer-only step
+    # The initial delay (0) runs out at the end of the step that rejoins them.
+    joined = answers(both(2_250, [join("a1", a), join("b1", b)]))
     generation = joined["a1"]["generation_id"]
     leader = joined["a1"]["leader"]
     synced = answers(

@@ -134,18 +134,30 @@ def test_the_summary_says_why_the_group_rebalanced_and_keeps_saying_it():
     (created,) = [json.loads(r[7]) for r in first.rows if r[0] == op.GROUP]
     assert created["state"] == "Empty" and created["rebalance_reason"] is None
     joined = op.run_group(SETTINGS, "g", first.blob, lines([join("j2", member_id)]), 2_000)
-    (preparing,) = [json.loads(r[7]) for r in joined.rows if r[0] == op.GROUP]
+    # The initial delay (0 here) runs out at the end of the same step: the group went through
+    # PreparingRebalance to the new generation, which keeps the reason.
+    (completing,) = [json.loads(r[7]) for r in joined.rows if r[0] == op.GROUP]
     reason = (
         f"Adding new member {member_id} with group instance id null; client reason: not provided"
     )
-    assert (preparing["state"], preparing["rebalance_reason"]) == ("PreparingRebalance", reason)
-    assert list(preparing)[-2:] == ["state_timestamp_ms", "rebalance_reason"]
-    # The initial delay (0 here) runs out in the next step: the new generation keeps the reason.
-    completed = op.run_group(SETTINGS, "g", joined.blob, [], 2_001, timed_out=True)
-    (completing,) = [json.loads(r[7]) for r in completed.rows if r[0] == op.GROUP]
     assert (completing["state"], completing["generation_id"]) == ("CompletingRebalance", 1)
     assert completing["rebalance_reason"] == reason
-    assert decode_group(completed.blob).rebalance_reason == reason
+    assert list(completing)[-2:] == ["state_timestamp_ms", "rebalance_reason"]
+    assert decode_group(joined.blob).rebalance_reason == reason
+    # It keeps saying it once the group is Stable, until the next rebalance.
+    sync = {
+        "api": "sync_group",
+        "request_id": "s",
+        "group_id": "g",
+        "member_id": member_id,
+        "generation_id": 1,
+        "protocol_type": "consumer",
+        "protocol_name": "range",
+        "assignments": [{"member_id": member_id, "assignment": ""}],
+    }
+    synced = op.run_group(SETTINGS, "g", joined.blob, lines([json.dumps(sync)]), 2_001)
+    (stable,) = [json.loads(r[7]) for r in synced.rows if r[0] == op.GROUP]
+    assert (stable["state"], stable["rebalance_reason"]) == ("Stable", reason)
 
 
 def test_shard_state_round_trips_and_steps_only_due_or_addressed_groups():
@@ -214,9 +226,9 @@ def stable_member() -> tuple[bytes, str, int]:
     """A group of one member (session 10 s) joined and synced: (blob, member id, generation)."""
     first = op.run_group(SETTINGS, "g", None, lines([join("j1")]), 1_000)
     member = responses(first)[0]["member_id"]
+    # The initial delay (0) runs out at the end of the step that rejoins.
     joined = op.run_group(SETTINGS, "g", first.blob, lines([join("j2", member)]), 1_000)
-    completed = op.run_group(SETTINGS, "g", joined.blob, [], 1_001, timed_out=True)
-    generation = responses(completed)[0]["generation_id"]
+    generation = responses(joined)[0]["generation_id"]
     sync = {
         "api": "sync_group",
         "request_id": "s",
@@ -227,7 +239,7 @@ def stable_member() -> tuple[bytes, str, int]:
         "protocol_name": "range",
         "assignments": [{"member_id": member, "assignment": ""}],
     }
-    synced = op.run_group(SETTINGS, "g", completed.blob, lines([json.dumps(sync)]), 1_002)
+    synced = op.run_group(SETTINGS, "g", joined.blob, lines([json.dumps(sync)]), 1_002)
     assert responses(synced)[0]["error"] is None and synced.blob is not None
     assert decode_group(synced.blob).state.value == "Stable"
     return synced.blob, member, generation
@@ -348,8 +360,12 @@ def test_no_timer_fires_past_the_input_the_batch_holds(tmp_path, mode: str):
     answers = [json.loads(r[7]) for r in rows if r[0] == op.RESPONSE]
     assert [a["error"] for a in answers] == [None]
     assert member in group().members and group().state.value == "Stable"
-    # 3. Silent since: expired once a batch holds all input up to its new deadline.
-    silent_until = deadline - 30 + 10_000
-    offset_log(offsets, 3, silent_until + 1, silent_until + 1)
+    # 3. Silent since: expired once a batch holds all input up to its new deadline, which
+    # counts from the batch that answered the heartbeat (the member heard back only then).
+    silent_until = deadline + 4_000 + 10_000
+    offset_log(offsets, 3, silent_until - 1, silent_until - 1)
+    run_apply(function, state, silent_until - 1, [])
+    assert member in group().members
+    offset_log(offsets, 4, silent_until + 1, silent_until + 1)
     run_apply(function, state, silent_until + 1, [])
     assert state.value is None or member not in group().members

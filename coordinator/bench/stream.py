@@ -888,7 +888,7 @@ def run_mode(
         else:
             client = StreamClient(paths)
             # The query's first batch is slow (a cold start): out of the way before the joins,
-            # whose pending members' sessions run from their arrival, not from that batch.
+            # so that the time to form the groups does not include it.
             client.request(
                 {"api": "offset_fetch", "request_id": "warm-up", "group_id": "bench-warm-up"},
                 timeout_s=300,
