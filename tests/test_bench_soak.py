@@ -66,6 +66,64 @@ def test_sizes_must_be_flat_after_settling_and_outages_do_not_count_for_latency(
     assert trend(rows[:3], settle_minutes=0)["verdict"] == "inconclusive"
 
 
+def test_a_sawtooth_is_judged_by_its_peaks():
+    """Compaction makes a sawtooth of the sizes: readings every 5 minutes land at a different
+    phase each time, and their slope says "growing" where the peaks are flat. The verdict
+    judges the interval's peak; a sawtooth whose peaks climb is still flagged."""
+    phases = [0.1, 0.3, 0.5, 0.7, 0.9, 1.0, 0.95, 0.9, 0.95, 1.0]  # late in the cycle, later on
+    flat = [
+        sample(15 + 5 * i, live_files=500 + 2_500 * phase, peaks={"live_files": 3_000})
+        for i, phase in enumerate(phases)
+    ]
+    assert soak._slope([(s["minute"], s["live_files"]) for s in flat]) > 30  # what fooled it
+    result = trend(flat, settle_minutes=15)
+    assert result["figures"]["live_files"]["slope_per_min"] == 0
+    assert result["verdict"] == "steady"
+    climbing = [
+        sample(15 + 5 * i, live_files=500, peaks={"live_files": 3_000 + 100 * i}) for i in range(10)
+    ]
+    result = trend(climbing, settle_minutes=15)
+    assert result["flagged"] == ["live_files"]
+    assert result["figures"]["live_files"]["slope_per_min"] == pytest.approx(20.0)
+
+
+def test_memory_is_judged_from_the_warm_up_of_each_run():
+    """Each start of the job warms up again (about 13 minutes for the driver): a run's samples
+    are judged only from ``settle_minutes`` after it began, so three runs that each warm up
+    and then hold are steady; a run that keeps growing after its warm-up is flagged."""
+
+    def level(minute: float, start: float, growth: float) -> float:
+        warm = min(minute - start, 13.0)
+        return 300 + 15 * warm + growth * max(minute - start - 13.0, 0.0)
+
+    def runs(growth: float) -> list[dict[str, Any]]:
+        rows = []
+        for m in range(5, 65, 5):
+            run, start = (1, 0.0) if m < 24 else (2, 24.0) if m < 42 else (3, 42.0)
+            rows.append(
+                sample(
+                    m,
+                    run,
+                    m in (25, 45),
+                    driver_rss_mb=level(m, start, growth),
+                    run_started_minute=start,
+                )
+            )
+        return rows
+
+    assert trend(runs(0.0), settle_minutes=15)["verdict"] == "steady"
+    result = trend(runs(5.0), settle_minutes=15)
+    assert result["flagged"] == ["driver_rss_mb"]
+
+
+def test_peaks_keep_each_figures_highest_reading_until_taken():
+    peaks = soak.Peaks(job=None, every_s=0)  # type: ignore[arg-type]
+    peaks.offer({"live_files": 10, "log_mb": 2.0, "batches": 99})
+    peaks.offer({"live_files": 30, "log_mb": 1.0, "driver_rss_mb": None})
+    assert peaks.take() == {"live_files": 30, "log_mb": 2.0}
+    assert peaks.take() == {}
+
+
 def test_restart_points():
     assert parse_restarts("0.4:stop,0.7:kill") == ((0.4, STOP), (0.7, KILL))
     assert parse_restarts("none") == ()
@@ -95,6 +153,10 @@ def test_a_quick_soak_restarts_the_job_and_reports_every_figure(tmp_path: Path):
     for row in samples:
         for name in ("minute", "run", "requests", "files", *MEMORY, *SIZES, *SPEED):
             assert name in row, name
+        # The peaks read between the rows (every 2 s here) are never below the row's reading.
+        for name in SIZES:
+            if row[name] is not None:
+                assert row["peaks"][name] >= row[name], name
         assert set(row["tables"]) == set(TABLES)
         for table in row["tables"].values():
             assert {"live_files", "data_files", "data_mb", "log_files", "log_mb"} <= set(table)

@@ -35,11 +35,17 @@ warehouse on disk; micro-batches with input and their duration p50/p99 (the job'
 lines); requests sent, files written, round trip p50/p99 (member ``send`` -> callback) and
 timeouts; crashes so far and the job's run number.
 
+Between samples, every ``peek_every_s`` (30 s), a thread reads the sizes and the RSS again,
+and each row keeps their **peak** over its interval (``peaks``): compaction (every 100
+batches), retention and vacuum make a sawtooth of every size, with a cycle of a few minutes,
+which one reading every 5 minutes catches at a different phase each time.
+
 **The verdict** is by slope, over the samples at or after ``settle_minutes`` (set it past the
 time the job needs to reach its retention: vacuum, log retention, archive clean-up): every size
-must be flat, memory flat within each run of the job (a restart resets it: the slope is pooled
-over the runs), and batch time and latency flat (samples whose interval holds a restart are
-left out of those two). A figure is flagged when its slope, projected over an hour, exceeds a
+must be flat, judged by its peaks, memory flat within each run of the job (a restart resets
+it: the slope is pooled over the runs, each judged from ``settle_minutes`` after it began, as
+each start warms up again), and batch time and latency flat (samples whose interval holds a
+restart are left out of those two). A figure is flagged when its slope, projected over an hour, exceeds a
 share of its level and an absolute floor (:data:`LIMITS`).
 
 ``--trace-memory`` (``trace_memory``) also runs ``tracemalloc`` in the job's driver and writes
@@ -102,8 +108,25 @@ LIMITS: dict[str, tuple[float, float, str]] = {
     "latency_p50_ms": (0.25, 100.0, "ms"),
     "latency_p99_ms": (0.5, 500.0, "ms"),
 }
-#: Judged within each run of the job (pooled slope), as a restart resets them.
+#: Judged within each run of the job (pooled slope), as a restart resets them, from
+#: ``settle_minutes`` after that run began (each start is a warm-up of its own).
 PER_RUN = ("driver_rss_mb", "jvm_rss_mb", "jvm_heap_mb", "workers_rss_mb")
+#: Read every ``peek_every_s`` too, and judged by their peak in each interval: compaction,
+#: retention and vacuum make a sawtooth of every size (compaction every 100 batches: a cycle
+#: of a few minutes), which a reading every 5 minutes catches at a different phase each time.
+PEAKED = (
+    "driver_rss_mb",
+    "jvm_rss_mb",
+    "workers_rss_mb",
+    "checkpoint_mb",
+    "state_mb",
+    "live_files",
+    "log_files",
+    "log_mb",
+    "delta_mb",
+    "archive_mb",
+    "warehouse_mb",
+)
 #: Left out of the samples whose interval holds a restart (an outage is not a trend).
 OUTAGE_SENSITIVE = ("batch_p50_ms", "latency_p50_ms", "latency_p99_ms")
 
@@ -139,6 +162,9 @@ class SoakOptions:
     #: At most this many requests in one inbox file.
     requests_per_file: int = 10
     sample_every_s: float = 300.0
+    #: Sizes and memory are also read this often between samples (0: never), and each row
+    #: holds their peak over its interval: the verdict judges a sawtooth by its peaks.
+    peek_every_s: float = 30.0
     #: Samples before this are shown but not judged (warm-up, retention not yet reached).
     settle_minutes: float = 15.0
     #: (share of the run, STOP or KILL): when the job is restarted, and how.
@@ -159,6 +185,8 @@ class SoakOptions:
     def __post_init__(self) -> None:
         if self.minutes <= 0 or self.sample_every_s <= 0 or self.loops_per_s <= 0:
             raise ValueError("--minutes, --sample-every and --loops-per-s must be > 0")
+        if self.peek_every_s < 0:
+            raise ValueError("--peek-every must be >= 0")
         if self.requests_per_file < 1:
             raise ValueError("--requests-per-file must be >= 1")
         if self.groups < 1 or self.members < 1 or self.partitions < 1:
@@ -182,6 +210,7 @@ class SoakOptions:
             "crash_every_s": 20.0,
             "loops_per_s": 10.0,
             "sample_every_s": 10.0,
+            "peek_every_s": 2.0,
             "settle_minutes": 0.0,
             "restarts": ((0.3, STOP), (0.6, KILL)),
             "trace_every_s": 10.0,
@@ -300,16 +329,16 @@ def jvm_heap_mb(pid: int, after_gc: bool) -> float | None:
     return None if found is None else int(found.group(2)) / 1024.0
 
 
-def job_memory(session: int, after_gc: bool) -> dict[str, float | None]:
+def job_memory(session: int, after_gc: bool, heap: bool = True) -> dict[str, float | None]:
     """RSS (MB) of the job's driver (the session leader), its JVM and its Python workers, and
-    the JVM's heap in use."""
+    the JVM's heap in use (``heap``: ``jcmd`` is a JVM of its own, too heavy for each peek)."""
     procs = session_processes(session)
     jvms = [pid for pid, cmd in procs.items() if cmd.split(" ", 1)[0].endswith("java")]
     workers = [pid for pid, cmd in procs.items() if "pyspark.daemon" in cmd]
     return {
         "driver_rss_mb": _rss_mb(session) if session in procs else None,
         "jvm_rss_mb": sum(_rss_mb(p) for p in jvms) if jvms else None,
-        "jvm_heap_mb": jvm_heap_mb(jvms[0], after_gc) if jvms else None,
+        "jvm_heap_mb": jvm_heap_mb(jvms[0], after_gc) if jvms and heap else None,
         "workers_rss_mb": sum(_rss_mb(p) for p in workers),
         "workers": float(len(workers)),
     }
@@ -689,6 +718,54 @@ class Soak:
 # --- the run ----------------------------------------------------------------------------------
 
 
+class Peaks:
+    """Reads the sizes on disk and the job's memory (RSS) every ``every_s`` seconds in a
+    thread of its own (off the load's loop), and keeps each figure of :data:`PEAKED` at its
+    highest since the last :meth:`take`."""
+
+    def __init__(self, job: JobProcess, every_s: float) -> None:
+        self._job = job
+        self._every_s = every_s
+        self._lock = threading.Lock()
+        self._peaks: dict[str, float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="soak-peaks", daemon=True)
+
+    def start(self) -> None:
+        if self._every_s > 0:
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=60)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._every_s):
+            with contextlib.suppress(Exception):  # a reading lost to a restart is no peak
+                self.read()
+
+    def read(self) -> None:
+        """Take one reading now."""
+        figures: dict[str, Any] = dict(disk(self._job.paths))
+        session = self._job.session
+        if session is not None and self._job.ready:
+            figures.update(job_memory(session, after_gc=False, heap=False))
+        self.offer(figures)
+
+    def offer(self, figures: dict[str, Any]) -> None:
+        with self._lock:
+            for name in PEAKED:
+                value = figures.get(name)
+                if value is not None and value > self._peaks.get(name, float("-inf")):
+                    self._peaks[name] = float(value)
+
+    def take(self) -> dict[str, float]:
+        with self._lock:
+            peaks, self._peaks = self._peaks, {}
+        return peaks
+
+
 def run_soak(
     options: SoakOptions,
     say: Callable[[str], None] | None = None,
@@ -750,6 +827,23 @@ def _drive(
     on_sample: Callable[[dict[str, Any]], None] | None,
     tell: Callable[[str], None],
 ) -> list[dict[str, Any]]:
+    peaks = Peaks(job, options.peek_every_s)
+    peaks.start()
+    try:
+        return _load(soak, job, options, on_sample, tell, peaks)
+    finally:
+        peaks.stop()
+
+
+def _load(
+    soak: Soak,
+    job: JobProcess,
+    options: SoakOptions,
+    on_sample: Callable[[dict[str, Any]], None] | None,
+    tell: Callable[[str], None],
+    peaks: Peaks,
+) -> list[dict[str, Any]]:
+    """The load's loop: ticks, crashes, restarts and a sample every ``sample_every_s``."""
     started = time.monotonic()
     duration = 60.0 * options.minutes
     end = started + duration
@@ -779,7 +873,7 @@ def _drive(
         over = now >= end and (_back(soak, job) or now >= end + RECOVERY_GRACE_S)
         if now >= next_sample or over:
             job.poll()
-            sample = _sample(soak, job, options, (now - started) / 60.0, state)
+            sample = _sample(soak, job, options, (now - started) / 60.0, state, peaks.take())
             samples.append(sample)
             if on_sample is not None:
                 on_sample(sample)
@@ -802,7 +896,12 @@ def _back(soak: Soak, job: JobProcess) -> bool:
 
 
 def _sample(
-    soak: Soak, job: JobProcess, options: SoakOptions, minute: float, state: dict[str, Any]
+    soak: Soak,
+    job: JobProcess,
+    options: SoakOptions,
+    minute: float,
+    state: dict[str, Any],
+    peaks: dict[str, float] | None = None,
 ) -> dict[str, Any]:
     interval = soak.take_interval()
     durations = job.take_batches()
@@ -844,7 +943,14 @@ def _sample(
         "errors": {k: v for k, v in interval.errors.items() if k != "NONE"},
         "crashes": soak.crashes,
         "members": len(soak.live),
+        # When this run of the job was asked for (0: the first run).
+        "run_started_minute": job.restarts[-1]["minute"] if job.restarts else 0.0,
     }
+    reading = dict(peaks or {})
+    for name in PEAKED:  # the sample's own reading counts towards the interval's peak
+        if sample.get(name) is not None:
+            reading[name] = max(reading.get(name, float("-inf")), float(sample[name]))
+    sample["peaks"] = {name: _r(value, 2) for name, value in reading.items()}
     state.update(sent=sent, files=files, run=job.runs, restarted=False)
     return sample
 
@@ -872,29 +978,47 @@ def _pooled_slope(runs: Sequence[Sequence[tuple[float, float]]]) -> float | None
     return None if den == 0 else num / den
 
 
+def judged_value(sample: dict[str, Any], name: str) -> float | None:
+    """What the verdict judges of a sample: the interval's peak for :data:`PEAKED` figures
+    (when the sample has peaks), else the reading at the sample's time."""
+    value = sample.get("peaks", {}).get(name) if name in PEAKED else None
+    if value is None:
+        value = sample.get(name)
+    return None if value is None else float(value)
+
+
 def trend(samples: list[dict[str, Any]], settle_minutes: float = 0.0) -> dict[str, Any]:
     """Slope per minute of each judged figure over the samples from ``settle_minutes`` on (all
-    but the first when none is that late), and whether it stays within :data:`LIMITS`."""
+    but the first when none is that late), and whether it stays within :data:`LIMITS`.
+
+    Sizes and RSS are judged by their peak in each interval (:func:`judged_value`). Memory is
+    judged within each run of the job from ``settle_minutes`` after the run began (a restart
+    resets it and starts a warm-up of its own); a run too short for that adds nothing."""
     judged = [s for s in samples if s["minute"] >= settle_minutes]
     if settle_minutes <= 0 and len(judged) >= 3:
         judged = judged[1:]  # the first interval holds the JVM's warm-up
+    run_starts = _run_starts(samples)
     figures: dict[str, Any] = {}
     flagged = []
     for name, (share, floor, unit) in LIMITS.items():
         usable = [
-            s
+            (s, value)
             for s in judged
-            if s.get(name) is not None
+            if (value := judged_value(s, name)) is not None
             and not (name in OUTAGE_SENSITIVE and s.get("restart_in_interval"))
         ]
         if name in PER_RUN:
             by_run: dict[int, list[tuple[float, float]]] = {}
-            for s in usable:
-                if not s.get("restart_in_interval"):  # a new run's first sample: its warm-up
-                    by_run.setdefault(s.get("run", 1), []).append((s["minute"], float(s[name])))
+            for s, value in usable:
+                run = s.get("run", 1)
+                if s.get("restart_in_interval"):
+                    continue  # a new run's first sample: its warm-up
+                if s["minute"] < run_starts.get(run, 0.0) + settle_minutes and run != 1:
+                    continue  # this run's own warm-up
+                by_run.setdefault(run, []).append((s["minute"], value))
             runs = list(by_run.values())
         else:
-            runs = [[(s["minute"], float(s[name])) for s in usable]]
+            runs = [[(s["minute"], value) for s, value in usable]]
         points = [p for run in runs for p in run]
         slope = _pooled_slope(runs)
         if slope is None:
@@ -924,6 +1048,23 @@ def trend(samples: list[dict[str, Any]], settle_minutes: float = 0.0) -> dict[st
 
 
 # --- the job's side: ``python -m coordinator.bench.soak run ...`` -------------------------------
+
+
+def _run_starts(samples: list[dict[str, Any]]) -> dict[int, float]:
+    """The minute each run of the job began: as the samples say, else the minute of the last
+    sample of the run before."""
+    starts: dict[int, float] = {}
+    previous: dict[str, Any] | None = None
+    for s in samples:
+        run = s.get("run", 1)
+        if run not in starts:
+            known = s.get("run_started_minute")
+            if known is not None:
+                starts[run] = float(known)
+            else:
+                starts[run] = 0.0 if previous is None else float(previous["minute"])
+        previous = s
+    return starts
 
 
 def _held_by_the_job() -> dict[str, int]:
@@ -1061,7 +1202,7 @@ def header() -> str:
 def row(sample: dict[str, Any]) -> str:
     cells = []
     for _, key, width, fmt in _COLUMNS:
-        value = sample.get(key)
+        value = judged_value(sample, key) if key in PEAKED else sample.get(key)
         cells.append(("-" if value is None else fmt.format(value)).rjust(width))
     mark = "  (restart)" if sample.get("restart_in_interval") else ""
     return " ".join(cells) + mark
@@ -1129,7 +1270,7 @@ def format_heading(options: dict[str, Any]) -> str:
             f"{o['loops_per_s']:g} loops/s, files of at most {o['requests_per_file']} requests, {o['minutes']:g} minutes, restarts: {restarts}; "
             f"judged from minute {o['settle_minutes']:g}",
             "  memory in MB: RSS of the job's driver, JVM and Python workers; heap = JVM heap "
-            "in use (after a full GC)",
+            "in use (after a full GC); sizes and RSS are the interval's peak",
             "  ckptMB = Spark checkpoint; live# = files in the tables' current versions; log# / "
             "logMB = _delta_log; dataMB = data files on disk; archMB = archive/",
             "  batches = micro-batches with input in the interval, b = their duration; requests "

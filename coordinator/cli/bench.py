@@ -110,6 +110,12 @@ def add_parser(subparsers: Any) -> None:
         "--sample-every", type=float, metavar="SECONDS", help="one row each (300; --quick 10)"
     )
     soak.add_argument(
+        "--peek-every",
+        type=float,
+        metavar="SECONDS",
+        help="read sizes and memory this often between rows; rows keep the peak (30; 0: never)",
+    )
+    soak.add_argument(
         "--settle-minutes",
         type=float,
         help="judge the trend from this minute on: past warm-up and retention (15)",
@@ -333,6 +339,7 @@ def run_soak(args: argparse.Namespace) -> int:
         "loops_per_s": args.loops_per_s,
         "requests_per_file": args.requests_per_file,
         "sample_every_s": args.sample_every,
+        "peek_every_s": args.peek_every,
         "settle_minutes": args.settle_minutes,
         "restarts": None if args.restarts is None else soak.parse_restarts(args.restarts),
         "trigger_interval_ms": args.trigger_interval,
