@@ -45,8 +45,8 @@ time the job needs to reach its retention: vacuum, log retention, archive clean-
 must be flat, judged by its peaks, memory flat within each run of the job (a restart resets
 it: the slope is pooled over the runs, each judged from ``settle_minutes`` after it began, as
 each start warms up again), and batch time and latency flat (samples whose interval holds a
-restart are left out of those two). A figure is flagged when its slope, projected over an hour, exceeds a
-share of its level and an absolute floor (:data:`LIMITS`).
+restart are left out of those two). A figure is flagged when its slope, projected over an
+hour, exceeds a share of its level and an absolute floor (:data:`LIMITS`).
 
 ``--trace-memory`` (``trace_memory``) also runs ``tracemalloc`` in the job's driver and writes
 every ``trace_every_s`` a line to ``<root>/memory-trace.jsonl``: RSS, RSS after glibc's
@@ -1013,7 +1013,7 @@ def trend(samples: list[dict[str, Any]], settle_minutes: float = 0.0) -> dict[st
                 run = s.get("run", 1)
                 if s.get("restart_in_interval"):
                     continue  # a new run's first sample: its warm-up
-                if s["minute"] < run_starts.get(run, 0.0) + settle_minutes and run != 1:
+                if s["minute"] < run_starts.get(run, 0.0) + settle_minutes:
                     continue  # this run's own warm-up
                 by_run.setdefault(run, []).append((s["minute"], value))
             runs = list(by_run.values())
@@ -1047,9 +1047,6 @@ def trend(samples: list[dict[str, Any]], settle_minutes: float = 0.0) -> dict[st
     }
 
 
-# --- the job's side: ``python -m coordinator.bench.soak run ...`` -------------------------------
-
-
 def _run_starts(samples: list[dict[str, Any]]) -> dict[int, float]:
     """The minute each run of the job began: as the samples say, else the minute of the last
     sample of the run before."""
@@ -1065,6 +1062,9 @@ def _run_starts(samples: list[dict[str, Any]]) -> dict[int, float]:
                 starts[run] = 0.0 if previous is None else float(previous["minute"])
         previous = s
     return starts
+
+
+# --- the job's side: ``python -m coordinator.bench.soak run ...`` -------------------------------
 
 
 def _held_by_the_job() -> dict[str, int]:
