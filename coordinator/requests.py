@@ -188,6 +188,7 @@ COMMIT_PARTITION = struct(
         ("offset", int64, REQUIRED),
         ("leader_epoch", nullable(int32), -1),
         ("metadata", nullable(string), ""),
+        ("commit_timestamp_ms", int64, -1),
     )
 )
 TOPIC_PARTITION = struct((("topic", string, REQUIRED), ("partition", int32, REQUIRED)))
@@ -353,6 +354,8 @@ def _offset_commit(request: Request) -> None:
     for partition in body["offsets"]:
         if partition["leader_epoch"] is None or version < 6:
             partition["leader_epoch"] = -1
+        if version != 1:
+            partition["commit_timestamp_ms"] = -1  # only OffsetCommit v1 carries one
         if partition["metadata"] is None:
             partition["metadata"] = ""
 

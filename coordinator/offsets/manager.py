@@ -33,9 +33,27 @@ def utf16_length(text: str) -> int:
 # --- OffsetCommit (6.6) -----------------------------------------------------------------------
 
 
+#: Kafka 3.9 kept OffsetCommit v0 and OffsetFetch v0 offsets in ZooKeeper, apart from the
+#: coordinator's; with a Raft-based metadata quorum (no ZooKeeper) it answers them
+#: ``UNSUPPORTED_VERSION`` for every partition (``KafkaApis.commitOffsetsToZookeeper``,
+#: ``handleOffsetFetchRequestFromZookeeper``), and 4.0 removed the versions (KIP-896).
+ZOOKEEPER_VERSION = 0
+ZOOKEEPER_MESSAGE = "version 0 offsets lived in ZooKeeper; with no ZooKeeper they are unsupported"
+
+
 def offset_commit(ctx: GroupContext, request: Request) -> None:
     body = request.body
     offsets: list[dict[str, Any]] = body["offsets"]
+    if request.api_version == ZOOKEEPER_VERSION:
+        error = Error.UNSUPPORTED_VERSION
+        ctx.respond(
+            "offset_commit",
+            request.request_id,
+            error,
+            ZOOKEEPER_MESSAGE,
+            partitions=partition_results(offsets, error),
+        )
+        return
     error = validate_offset_commit(ctx, request)
     if error is not Error.NONE:
         ctx.respond(
@@ -65,7 +83,10 @@ def offset_commit(ctx: GroupContext, request: Request) -> None:
                 committed_offset=partition["offset"],
                 leader_epoch=None if leader_epoch == -1 else leader_epoch,
                 metadata=partition["metadata"],
-                commit_timestamp_ms=now,
+                # OffsetCommit v1's own timestamp, when it sends one (OffsetAndMetadata.fromRequest)
+                commit_timestamp_ms=now
+                if partition["commit_timestamp_ms"] == -1
+                else partition["commit_timestamp_ms"],
                 expire_timestamp_ms=expire,
             )
             ctx.append(
@@ -120,6 +141,25 @@ def validate_offset_commit(ctx: GroupContext, request: Request) -> Error:
 
 def offset_fetch(ctx: GroupContext, request: Request) -> None:
     wanted: list[dict[str, Any]] | None = request.body["partitions"]
+    if request.api_version == ZOOKEEPER_VERSION:
+        assert wanted is not None  # v0-v1 must list partitions (parse)
+        error = Error.UNSUPPORTED_VERSION
+        results = [
+            {
+                "topic": p["topic"],
+                "partition": p["partition"],
+                "offset": -1,
+                "leader_epoch": -1,
+                "metadata": "",
+                "error_code": int(error),
+                "error": error.error_name,
+            }
+            for p in wanted
+        ]
+        ctx.respond(
+            "offset_fetch", request.request_id, error, ZOOKEEPER_MESSAGE, partitions=results
+        )
+        return
     group = ctx.group
     offsets = {} if group is None or group.state is DEAD else group.offsets
     keys = sorted(offsets) if wanted is None else [(p["topic"], p["partition"]) for p in wanted]
