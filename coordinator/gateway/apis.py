@@ -18,9 +18,15 @@ from typing import Any
 
 from coordinator.gateway import codec
 from coordinator.gateway.codec import DecodedRequest
-from coordinator.gateway.log_topic import LOG_TOPIC, LogTopic
+from coordinator.gateway.log_topic import (
+    EARLIEST_TIMESTAMP,
+    LOG_TOPIC,
+    LogTopic,
+    legacy_offsets_before,
+)
 
 INT32_MIN = -(2**31)
+UNKNOWN_SERVER_ERROR = -1
 UNKNOWN_TOPIC_OR_PARTITION = 3
 UNSUPPORTED_VERSION = 35
 POLICY_VIOLATION = 44
@@ -144,27 +150,53 @@ async def list_offsets(
     log_topic = ctx.log_topic
     if log_topic is not None and any(t["name"] == LOG_TOPIC for t in body["topics"]):
         await log_topic.refresh(force=True)
+    answer = _old_style_offsets if v == 0 else _list_offset
     return {
         "throttle_time": 0,
         "topics": [
             {
                 "name": t["name"],
-                "partitions": [
-                    log_topic.list_offset(p["partition_index"], p["timestamp"])
-                    if log_topic is not None and t["name"] == LOG_TOPIC
-                    else {
-                        "partition_index": p["partition_index"],
-                        "error_code": _topic_error(ctx, t["name"], p["partition_index"]),
-                        "timestamp": -1,
-                        "offset": 0,
-                        "leader_epoch": 0,
-                    }
-                    for p in t["partitions"]
-                ],
+                "partitions": [answer(ctx, t["name"], p) for p in t["partitions"]],
             }
             for t in body["topics"]
         ],
     }
+
+
+def _list_offset(ctx: GatewayContext, topic: str, p: dict[str, Any]) -> dict[str, Any]:
+    if ctx.log_topic is not None and topic == LOG_TOPIC:
+        return ctx.log_topic.list_offset(p["partition_index"], p["timestamp"])
+    return {
+        "partition_index": p["partition_index"],
+        "error_code": _topic_error(ctx, topic, p["partition_index"]),
+        "timestamp": -1,
+        "offset": 0,
+        "leader_epoch": 0,
+    }
+
+
+def _old_style_offsets(ctx: GatewayContext, topic: str, p: dict[str, Any]) -> dict[str, Any]:
+    """ListOffsets v0 (Kafka 3.9's ``handleListOffsetRequestV0``): up to ``max_num_offsets``
+    segment start offsets at or before the timestamp, newest first, the log end offset counting
+    as the newest. A topic other than the log's is one empty segment at offset 0."""
+    index, timestamp = p["partition_index"], p["timestamp"]
+    answer: dict[str, Any] = {"partition_index": index, "error_code": 0, "old_style_offsets": []}
+    if timestamp < EARLIEST_TIMESTAMP:  # -3 (max timestamp) and below came with v7+
+        answer["error_code"] = UNSUPPORTED_VERSION
+    elif _topic_error(ctx, topic, index):
+        answer["error_code"] = UNKNOWN_TOPIC_OR_PARTITION
+    elif p["max_num_offsets"] < 0:  # Java's NegativeArraySizeException, as Kafka answers it
+        answer["error_code"] = UNKNOWN_SERVER_ERROR
+    else:
+        segments = (
+            ctx.log_topic.offset_times(index)
+            if ctx.log_topic is not None and topic == LOG_TOPIC
+            else [(0, 0)]
+        )
+        answer["old_style_offsets"] = legacy_offsets_before(
+            segments, timestamp, p["max_num_offsets"]
+        )
+    return answer
 
 
 async def fetch(ctx: GatewayContext, v: int, body: dict[str, Any], *_: str) -> dict[str, Any]:
@@ -174,15 +206,21 @@ async def fetch(ctx: GatewayContext, v: int, body: dict[str, Any], *_: str) -> d
     log_topic = ctx.log_topic
     if log_topic is None or all(t["topic"] != LOG_TOPIC for t in body["topics"]):
         await asyncio.sleep(wait_s)
-        return _fetch_response(ctx, body)
+        return _fetch_response(ctx, v, body)
     deadline = asyncio.get_running_loop().time() + wait_s
     while True:
         await log_topic.refresh()
-        response = _fetch_response(ctx, body)
+        response = _fetch_response(ctx, v, body)
         left = deadline - asyncio.get_running_loop().time()
         if left <= 0 or _has_log_data(response):
             return response
         await asyncio.sleep(min(left, log_topic.interval_s))
+
+
+def fetch_magic(v: int) -> int:
+    """The record format a Fetch version reads (Kafka down-converts to it): message sets of
+    magic 0 for v0-v1, magic 1 for v2-v3, record batches (magic 2) from v4."""
+    return 0 if v <= 1 else 1 if v <= 3 else 2
 
 
 def _has_log_data(response: dict[str, Any]) -> bool:
@@ -194,16 +232,18 @@ def _has_log_data(response: dict[str, Any]) -> bool:
     )
 
 
-def _fetch_response(ctx: GatewayContext, body: dict[str, Any]) -> dict[str, Any]:
+def _fetch_response(ctx: GatewayContext, v: int, body: dict[str, Any]) -> dict[str, Any]:
     log_topic = ctx.log_topic
-    room = int(body.get("max_bytes", 0x7FFFFFFF))
-    min_one = True  # Kafka's minOneMessage: until a partition returned data
+    room = int(body.get("max_bytes", 0x7FFFFFFF))  # v0-v2 have no response limit
+    # Kafka's minOneMessage, until a partition returned data; v0-v2 limits are hard ones.
+    min_one = v >= 3
+    magic = fetch_magic(v)
 
     def log_partition(p: dict[str, Any]) -> dict[str, Any]:
         nonlocal room, min_one
         assert log_topic is not None
         limit = min(int(p.get("partition_max_bytes", room)), room)
-        answer = log_topic.fetch_partition(p["partition"], p["fetch_offset"], limit, min_one)
+        answer = log_topic.fetch_partition(p["partition"], p["fetch_offset"], limit, min_one, magic)
         if answer["records"]:
             min_one = False
             room = max(0, room - len(answer["records"]))
@@ -439,6 +479,7 @@ async def offset_commit(
                 "offset": p["committed_offset"],
                 "leader_epoch": p.get("committed_leader_epoch", -1),
                 "metadata": p.get("committed_metadata"),
+                "commit_timestamp_ms": p.get("commit_timestamp", -1),
             }
             for t in body["topics"]
             for p in t["partitions"]

@@ -3,8 +3,10 @@
 A request frame is ``INT32 size`` then the request header and body. The header's version follows
 from the API key and version (flexible versions use header v2, with tagged fields); kio's request
 class of that version names its header schema (``__header_schema__``), as it does for responses
-(ApiVersions' response header is always v0, whatever the version). This module only encodes and
-decodes; what to answer is :mod:`coordinator.gateway.apis`' business.
+(ApiVersions' response header is always v0, whatever the version). The versions Kafka 3.9 served
+and kio (generated from Kafka 4's specs) lacks are read and written by
+:mod:`coordinator.gateway.legacy` from Kafka 3.9's specs, as plain data. This module only encodes
+and decodes; what to answer is :mod:`coordinator.gateway.apis`' business.
 """
 
 from __future__ import annotations
@@ -22,7 +24,11 @@ from typing import Any
 from kio.index import load_request_schema as _load_request_schema
 from kio.index import load_response_schema as _load_response_schema
 from kio.schema.errors import ErrorCode
+from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
+from kio.schema.response_header.v0.header import ResponseHeader as ResponseHeaderV0
 from kio.serial import entity_reader, entity_writer
+
+from coordinator.gateway import legacy
 
 #: kio resolves a schema's module by name on every call (a few µs, per request and response).
 load_request_schema = cache(_load_request_schema)
@@ -34,16 +40,17 @@ OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR, JOIN_GROUP = 8, 9, 10, 11
 HEARTBEAT, LEAVE_GROUP, SYNC_GROUP, DESCRIBE_GROUPS, LIST_GROUPS = 12, 13, 14, 15, 16
 API_VERSIONS, DELETE_GROUPS, OFFSET_DELETE = 18, 42, 47
 
-#: What the gateway advertises: (min, max) per API key. The group APIs at the versions Kafka's
-#: classic coordinator serves (kio's floors for OffsetCommit/OffsetFetch, which are Kafka 4's);
-#: ListOffsets, Fetch and Produce only as far as real clients need them (kafka-clients-notes 3).
+#: What the gateway advertises: (min, max) per API key. Every version Kafka 3.9 serves, from its
+#: floor (older clients still send the versions Kafka 4 removed, KIP-896); the group APIs up to
+#: the versions Kafka's classic coordinator serves; ListOffsets, Fetch and Produce only as far up
+#: as real clients need them (Fetch 13+ carries topic ids; kafka-clients-notes 3).
 SUPPORTED: dict[int, tuple[int, int]] = {
-    PRODUCE: (3, 9),
-    FETCH: (4, 12),
-    LIST_OFFSETS: (1, 7),
+    PRODUCE: (0, 9),
+    FETCH: (0, 12),
+    LIST_OFFSETS: (0, 7),
     METADATA: (0, 12),
-    OFFSET_COMMIT: (2, 9),
-    OFFSET_FETCH: (1, 9),
+    OFFSET_COMMIT: (0, 9),
+    OFFSET_FETCH: (0, 9),
     FIND_COORDINATOR: (0, 6),
     JOIN_GROUP: (0, 9),
     HEARTBEAT: (0, 4),
@@ -67,7 +74,9 @@ class DecodedRequest:
     api_version: int
     correlation_id: int
     client_id: str | None
-    body: Any  # a kio request entity; None for an ApiVersions above the supported range
+    #: a kio request entity (plain data for the versions kio lacks, :mod:`legacy`); None for an
+    #: ApiVersions above the supported range
+    body: Any
 
 
 def peek_header(frame: bytes) -> tuple[int, int, int]:
@@ -91,10 +100,18 @@ def decode_request(frame: bytes) -> DecodedRequest:
         if api_key == API_VERSIONS and api_version > high:
             return DecodedRequest(api_key, api_version, correlation_id, None, None)
         raise FrameError(f"API key {api_key} version {api_version} is outside {low}-{high}")
-    schema = load_request_schema(api_key, api_version)
     try:
-        header, used = entity_reader(schema.__header_schema__)(frame, 0)
-        body, size = entity_reader(schema)(frame, used)
+        schema = (
+            None
+            if legacy.serves(api_key, api_version)
+            else load_request_schema(api_key, api_version)
+        )
+        header_schema: Any = RequestHeaderV1 if schema is None else schema.__header_schema__
+        header, used = entity_reader(header_schema)(frame, 0)
+        if schema is None:
+            body, size = legacy.read(api_key, "Request", api_version, frame, used)
+        else:
+            body, size = entity_reader(schema)(frame, used)
     except Exception as exc:
         raise FrameError(f"API key {api_key} v{api_version} does not decode: {exc!r}") from exc
     if used + size != len(frame):
@@ -107,13 +124,19 @@ def encode_response(
 ) -> bytes:
     """The framed response (size prefix, header of the response's header version, body) of the
     plain data ``body`` (:func:`build`) at ``api_version``."""
-    schema = load_response_schema(api_key, api_version)
-    header_schema = schema.__header_schema__
     buffer = io.BytesIO()
     buffer.write(b"\0\0\0\0")
-    header = build(header_schema, {"correlation_id": correlation_id})
-    entity_writer(header_schema)(buffer, header)
-    entity_writer(schema)(buffer, build(schema, body))
+    if legacy.serves(api_key, api_version):
+        entity_writer(ResponseHeaderV0)(
+            buffer, build(ResponseHeaderV0, {"correlation_id": correlation_id})
+        )
+        buffer.write(legacy.write(api_key, "Response", api_version, body))
+    else:
+        schema = load_response_schema(api_key, api_version)
+        header_schema = schema.__header_schema__
+        header = build(header_schema, {"correlation_id": correlation_id})
+        entity_writer(header_schema)(buffer, header)
+        entity_writer(schema)(buffer, build(schema, body))
     data = bytearray(buffer.getvalue())
     struct.pack_into(">i", data, 0, len(data) - 4)
     return bytes(data)
@@ -127,8 +150,10 @@ def encode_request(
     client_id: str | None = "test",
 ) -> bytes:
     """A framed request (for tests and tools: the gateway itself only decodes requests)."""
-    schema = load_request_schema(api_key, api_version)
-    header_schema = schema.__header_schema__
+    schema = (
+        None if legacy.serves(api_key, api_version) else load_request_schema(api_key, api_version)
+    )
+    header_schema: Any = RequestHeaderV1 if schema is None else schema.__header_schema__
     buffer = io.BytesIO()
     buffer.write(b"\0\0\0\0")
     header = build(
@@ -141,17 +166,27 @@ def encode_request(
         },
     )
     entity_writer(header_schema)(buffer, header)
-    entity_writer(schema)(buffer, build(schema, body))
+    if schema is None:
+        buffer.write(legacy.write(api_key, "Request", api_version, body))
+    else:
+        entity_writer(schema)(buffer, build(schema, body))
     data = bytearray(buffer.getvalue())
     struct.pack_into(">i", data, 0, len(data) - 4)
     return bytes(data)
 
 
 def decode_response(api_key: int, api_version: int, frame: bytes) -> tuple[int, Any]:
-    """(correlation id, kio response entity) of a response frame without its size prefix."""
-    schema = load_response_schema(api_key, api_version)
-    header, used = entity_reader(schema.__header_schema__)(frame, 0)
-    body, size = entity_reader(schema)(frame, used)
+    """(correlation id, kio response entity; plain data for the versions kio lacks) of a
+    response frame without its size prefix."""
+    schema = (
+        None if legacy.serves(api_key, api_version) else load_response_schema(api_key, api_version)
+    )
+    header_schema: Any = ResponseHeaderV0 if schema is None else schema.__header_schema__
+    header, used = entity_reader(header_schema)(frame, 0)
+    if schema is None:
+        body, size = legacy.read(api_key, "Response", api_version, frame, used)
+    else:
+        body, size = entity_reader(schema)(frame, used)
     if used + size != len(frame):
         raise FrameError("trailing bytes after the response")
     return int(header.correlation_id), body

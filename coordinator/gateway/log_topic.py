@@ -49,7 +49,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
-from coordinator.gateway.record_batch import LogRecord, encode_records
+from coordinator.gateway.record_batch import (
+    MAGIC,
+    LogRecord,
+    encode_message_set,
+    encode_records,
+)
 
 log = logging.getLogger(__name__)
 
@@ -233,23 +238,52 @@ class LogTopic:
                 answer.update(offset=hit.offset, timestamp=hit.timestamp)
         return answer
 
+    def offset_times(self, partition: int) -> list[tuple[int, int]]:
+        """(start offset, last modified) of each segment, oldest first, then (end offset, now)
+        when the log holds anything: what Kafka 3.9's ``legacyFetchOffsetsBefore`` reads for
+        ListOffsets v0. Each file of the partition stands for a segment, last modified at its
+        highest timestamp; an empty log is one empty segment at the log start."""
+        held = self._index.segments[partition]
+        start = self.log_start(partition)
+        if not held:
+            return [(start, 0)]
+        times = [(max(s.first, start), s.max_timestamp) for s in held]
+        return [*times, (self.end_offset(partition), int(time.time() * 1000))]
+
     def fetch_partition(
-        self, partition: int, fetch_offset: int, max_bytes: int, min_one: bool = True
+        self,
+        partition: int,
+        fetch_offset: int,
+        max_bytes: int,
+        min_one: bool = True,
+        magic: int = MAGIC,
     ) -> dict[str, Any]:
         """A Fetch partition answer: the records from ``fetch_offset`` as one batch of at most
         ``max_bytes``, or of one record whatever its size when ``min_one`` (Kafka's
         ``minOneMessage``: the first partition of a response with data). Reads only the files
-        from the one holding ``fetch_offset`` (or the next record) to where the budget ends."""
+        from the one holding ``fetch_offset`` (or the next record) to where the budget ends.
+        For a ``magic`` below 2 (Fetch v0-v3) the records read are down-converted, as Kafka
+        does, to a message set of that magic."""
         if not self.has(partition):
             return _failed(partition, UNKNOWN_TOPIC_OR_PARTITION)
         start, end = self.log_start(partition), self.end_offset(partition)
         if not start <= fetch_offset <= end:
             return _failed(partition, OFFSET_OUT_OF_RANGE)
-        data, _ = self._retrying(
-            lambda: encode_records(self.iter_records(partition, fetch_offset), max(max_bytes, 0))
-        )
-        if not min_one and len(data) > max_bytes:
-            data = b""
+
+        def read() -> bytes:
+            taken: list[LogRecord] = []
+
+            def records() -> Iterator[LogRecord]:
+                for record in self.iter_records(partition, fetch_offset):
+                    taken.append(record)
+                    yield record
+
+            data, count = encode_records(records(), max(max_bytes, 0))
+            if not min_one and len(data) > max_bytes:
+                return b""
+            return data if magic == MAGIC else encode_message_set(taken[:count], magic)
+
+        data: bytes = self._retrying(read)
         return {
             "partition_index": partition,
             "error_code": 0,
@@ -520,6 +554,25 @@ class LogTopic:
         """On the event loop's thread: serve from ``index`` from now on."""
         self._index = index
         self._cache.keep_only(set(index.by_path))
+
+
+def legacy_offsets_before(
+    offset_times: Sequence[tuple[int, int]], timestamp: int, max_num_offsets: int
+) -> list[int]:
+    """Kafka 3.9's ``UnifiedLog.legacyFetchOffsetsBefore`` (ListOffsets v0): from the (offset,
+    last modified) of each segment, oldest first, the newest entry at or before ``timestamp``
+    (all of them for LATEST, the first for EARLIEST) and up to ``max_num_offsets`` older ones,
+    in descending order."""
+    if timestamp == LATEST_TIMESTAMP:
+        index = len(offset_times) - 1
+    elif timestamp == EARLIEST_TIMESTAMP:
+        index = 0
+    else:
+        index = len(offset_times) - 1
+        while index >= 0 and offset_times[index][1] > timestamp:
+            index -= 1
+    count = min(max_num_offsets, index + 1)
+    return sorted((offset_times[index - j][0] for j in range(count)), reverse=True)
 
 
 def _failed(partition: int, error_code: int) -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""Kafka's v2 record batches (magic 2), as the Fetch API carries them: an encoder only.
+"""Kafka's v2 record batches (magic 2), as the Fetch API carries them: an encoder only; and the
+message sets of magic 0 and 1 that Fetch v0-v3 read, which Kafka down-converts its batches to.
 
 The layout is Kafka's ``DefaultRecordBatch`` and ``DefaultRecord``::
 
@@ -14,11 +15,20 @@ The CRC is CRC-32C (Castagnoli) over everything from Attributes to the end of th
 Batches here are what Kafka's group coordinator writes to ``__consumer_offsets``: not
 compressed, not transactional, CreateTime timestamps (attributes 0), no producer id (-1, -1,
 -1); a tombstone is a record with a null value.
+
+The older message sets are Kafka's ``LegacyRecord``, one per record, uncompressed::
+
+    LogEntry => Offset INT64, MessageSize INT32, Message
+    Message  => CRC UINT32, Magic INT8, Attributes INT8 (0: no compression, CreateTime),
+                Timestamp INT64 (magic 1 only), Key BYTES, Value BYTES (-1: null)
+
+with CRC-32 (zlib's, not Castagnoli) over everything from Magic to the end of the message.
 """
 
 from __future__ import annotations
 
 import struct
+import zlib
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
@@ -155,3 +165,24 @@ def encode_records(
         partition_leader_epoch,
     )
     return data, len(encoded)
+
+
+def encode_message_set(records: Iterable[LogRecord], magic: int) -> bytes:
+    """``records`` as a message set of ``magic`` 0 or 1, one message per record at its own
+    offset: what Kafka's ``RecordsUtil.downConvert`` makes of an uncompressed batch (magic 0
+    drops the timestamp)."""
+    if magic not in (0, 1):
+        raise ValueError(f"message sets have magic 0 or 1, not {magic}")
+    out = bytearray()
+    for r in records:
+        message = bytearray(struct.pack(">bb", magic, 0))
+        if magic == 1:
+            message += struct.pack(">q", r.timestamp)
+        for part in (r.key, r.value):
+            if part is None:
+                message += struct.pack(">i", -1)
+            else:
+                message += struct.pack(">i", len(part)) + part
+        crc = zlib.crc32(message)
+        out += struct.pack(">qiI", r.offset, 4 + len(message), crc) + message
+    return bytes(out)
