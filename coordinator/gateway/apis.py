@@ -24,12 +24,15 @@ from coordinator.gateway.log_topic import (
     LogTopic,
     legacy_offsets_before,
 )
+from coordinator.gateway.upstream import TRANSACTIONAL_ID_AUTHORIZATION_FAILED, TRANSACTIONS_REFUSED
 
 INT32_MIN = -(2**31)
 UNKNOWN_SERVER_ERROR = -1
 UNKNOWN_TOPIC_OR_PARTITION = 3
 UNSUPPORTED_VERSION = 35
 POLICY_VIOLATION = 44
+#: FindCoordinator's key type of a transactional id (0 is a group).
+TRANSACTION_KEY = 1
 #: READ | DELETE | DESCRIBE (Kafka's AclOperation codes 3, 6, 8), for DescribeGroups.
 GROUP_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
 #: The longest a Fetch is held (the client's max_wait_ms, capped).
@@ -50,6 +53,10 @@ class GatewayContext:
     cluster_id: str = "coordinator-gateway"
     #: ``__consumer_offsets``, served from the log (None: not served).
     log_topic: LogTopic | None = None
+    #: Upstream mode: the ApiVersions table (the intersection with the upstream's) and where
+    #: FindCoordinator sends clients (node id, host, port); None: the gateway alone.
+    versions: Callable[[], Awaitable[dict[int, tuple[int, int]]]] | None = None
+    coordinator: Callable[[], Awaitable[tuple[int, str, int]]] | None = None
     _ids: Any = field(default_factory=lambda: itertools.count(1))
     #: Request ids are unique across runs: the Spark job's responses table and the member ids
     #: the engine derives from request ids outlive one gateway process.
@@ -67,21 +74,28 @@ async def dispatch(
 ) -> dict[str, Any] | None:
     """The response (plain data) to one request; None when Kafka sends none (acks=0)."""
     if req.body is None:  # ApiVersions above the supported range
-        return api_versions_table(UNSUPPORTED_VERSION)
+        return await _api_versions_of(ctx, UNSUPPORTED_VERSION)
     body = codec.plain(req.body)
     handler = HANDLERS[req.api_key]
     return await handler(ctx, req.api_version, body, req.client_id or "", client_host)
 
 
-def api_versions_table(error_code: int = 0) -> dict[str, Any]:
+def api_versions_table(
+    error_code: int = 0, versions: dict[int, tuple[int, int]] | None = None
+) -> dict[str, Any]:
     return {
         "error_code": error_code,
         "api_keys": [
             {"api_key": key, "min_version": low, "max_version": high}
-            for key, (low, high) in sorted(codec.SUPPORTED.items())
+            for key, (low, high) in sorted((versions or codec.SUPPORTED).items())
         ],
         "throttle_time": 0,
     }
+
+
+async def _api_versions_of(ctx: GatewayContext, error_code: int = 0) -> dict[str, Any]:
+    versions = None if ctx.versions is None else await ctx.versions()
+    return api_versions_table(error_code, versions)
 
 
 def _base(ctx: GatewayContext, api: str, group_id: str, version: int) -> dict[str, Any]:
@@ -99,7 +113,7 @@ def _base(ctx: GatewayContext, api: str, group_id: str, version: int) -> dict[st
 async def api_versions(
     ctx: GatewayContext, v: int, body: dict[str, Any], *_: str
 ) -> dict[str, Any]:
-    return api_versions_table()
+    return await _api_versions_of(ctx)
 
 
 async def metadata(ctx: GatewayContext, v: int, body: dict[str, Any], *_: str) -> dict[str, Any]:
@@ -324,11 +338,19 @@ async def find_coordinator(
     ctx: GatewayContext, v: int, body: dict[str, Any], *_: str
 ) -> dict[str, Any]:
     keys = body["coordinator_keys"] if v >= 4 else [body["key"]]
+    key_type = body.get("key_type", 0)
     answers = []
     for key in keys:
+        if ctx.coordinator is not None and key_type == TRANSACTION_KEY:
+            answers.append(_transactions_refused())
+            continue
         request = _base(ctx, "find_coordinator", key, v)
-        request["key_type"] = body.get("key_type", 0)
-        answers.append(await ctx.submit(request))
+        request["key_type"] = key_type
+        answer = await ctx.submit(request)
+        if ctx.coordinator is not None and answer["error_code"] == 0:
+            node_id, host, port = await ctx.coordinator()
+            answer = {**answer, "node_id": node_id, "host": host, "port": port}
+        answers.append(answer)
     if v >= 4:
         return {
             "throttle_time": 0,
@@ -352,6 +374,18 @@ async def find_coordinator(
         "node_id": a["node_id"],
         "host": a["host"],
         "port": a["port"],
+    }
+
+
+def _transactions_refused() -> dict[str, Any]:
+    """Upstream mode: a transaction's coordinator is not looked up through the gateway (its
+    TxnOffsetCommit would land in the upstream's log); Kafka's fatal error for producers."""
+    return {
+        "error_code": TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+        "error_message": TRANSACTIONS_REFUSED,
+        "node_id": -1,
+        "host": "",
+        "port": -1,
     }
 
 

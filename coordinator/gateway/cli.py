@@ -16,6 +16,19 @@ from typing import Any
 from coordinator.stream.ownership import DEFAULT_LEASE_TIMEOUT_MS, OwnershipError
 
 DEFAULT_PROPERTIES = Path("conf/gateway.properties")
+#: The settings a gateway properties file may hold; any other is refused by name at start.
+GATEWAY_SETTINGS = frozenset(
+    {
+        "topics",
+        "owner.lease.timeout.ms",
+        "metrics",
+        "upstream.bootstrap.servers",
+        "upstream.request.timeout.ms",
+    }
+)
+#: Kafka's socket.request.max.bytes: with an upstream, Produce carries records (a client's
+#: max.request.size is 1 MiB of records plus the request around them).
+UPSTREAM_MAX_REQUEST_BYTES = 104_857_600
 
 log = logging.getLogger("coordinator.gateway")
 
@@ -60,7 +73,22 @@ def add_parser(subparsers: Any) -> None:
         action="append",
         default=[],
         metavar="NAME:PARTITIONS",
-        help="a topic Metadata advertises (repeatable)",
+        help="without --upstream: a topic Metadata advertises (repeatable)",
+    )
+    p.add_argument(
+        "--upstream",
+        metavar="HOST:PORT[,...]",
+        help="in front of a Kafka-protocol cluster: data and topic APIs to its brokers (one "
+        "gateway listener per broker), group APIs to the coordinator "
+        "(upstream.bootstrap.servers in the gateway properties)",
+    )
+    p.add_argument(
+        "--upstream-request-timeout-ms",
+        type=int,
+        default=None,
+        metavar="MS",
+        help="--upstream: how long a broker may take to answer before clients get a retriable "
+        "error (upstream.request.timeout.ms; default 30000)",
     )
     p.add_argument(
         "--gateway-conf",
@@ -70,7 +98,13 @@ def add_parser(subparsers: Any) -> None:
     )
     p.add_argument("--conf", action="append", metavar="FILE", help="coordinator properties")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="a coordinator setting")
-    p.add_argument("--max-request-bytes", type=int, default=1_048_576)
+    p.add_argument(
+        "--max-request-bytes",
+        type=int,
+        default=None,
+        help="the largest request frame (default 1048576; with --upstream 104857600, Kafka's "
+        "socket.request.max.bytes)",
+    )
     p.add_argument(
         "--request-timeout-ms",
         type=int,
@@ -121,8 +155,20 @@ def run(args: argparse.Namespace) -> int:
     topics: dict[str, int] = {}
     conf = Path(args.gateway_conf) if args.gateway_conf else DEFAULT_PROPERTIES
     properties = read_properties(conf) if args.gateway_conf or conf.exists() else {}
+    unknown = sorted(set(properties) - GATEWAY_SETTINGS)
+    if unknown:
+        raise ValueError(
+            f"{conf}: not a gateway setting: {', '.join(unknown)} "
+            f"(the gateway reads {', '.join(sorted(GATEWAY_SETTINGS))})"
+        )
     topics.update(parse_topics(properties.get("topics", "").split(",")))
     topics.update(parse_topics(args.topic))
+    upstream = _upstream(args, properties)
+    if upstream is not None and topics:
+        raise ValueError(
+            "--topic and topics are for the gateway without an upstream: with --upstream the "
+            "topics are the upstream's"
+        )
     config = load_config(args.conf, args.set)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     backend: Backend
@@ -140,22 +186,30 @@ def run(args: argparse.Namespace) -> int:
         from coordinator.metrics.gateway import GatewayExporter
 
         exporter = GatewayExporter(args.metrics or properties["metrics"], backend)
+    max_request_bytes = args.max_request_bytes or (
+        UPSTREAM_MAX_REQUEST_BYTES if upstream is not None else 1_048_576
+    )
     gateway = Gateway(
         backend,
         topics,
         host,
         int(port),
-        max_request_bytes=args.max_request_bytes,
+        max_request_bytes=max_request_bytes,
         metrics=None if exporter is None else exporter.gateway,
+        upstream=upstream,
     )
     where = f"the job on {args.warehouse}" if args.warehouse else "the embedded engine"
+    if upstream is not None:
+        servers = ",".join(f"{h}:{p}" for h, p in upstream.bootstrap)
+        where += f", data to the upstream {servers}"
 
     def announce() -> None:
         # Only once the back end serves: before that, group APIs get LOAD_IN_PROGRESS.
         if exporter is not None:
             exporter.readiness.set_ready()
+        shown = "the upstream's" if upstream is not None else topics
         print(
-            f"coordinator gateway listening on {host}:{gateway.port} ({where}), topics {topics}",
+            f"coordinator gateway listening on {host}:{gateway.port} ({where}), topics {shown}",
             flush=True,
         )
 
@@ -171,6 +225,21 @@ def run(args: argparse.Namespace) -> int:
     finally:
         if exporter is not None:
             exporter.close()
+
+
+def _upstream(args: argparse.Namespace, properties: dict[str, str]) -> Any:
+    """The upstream cluster of ``--upstream`` (or ``upstream.bootstrap.servers``), or None."""
+    from coordinator.gateway.upstream import DEFAULT_REQUEST_TIMEOUT_MS, Upstream, parse_bootstrap
+
+    servers = args.upstream or properties.get("upstream.bootstrap.servers", "")
+    timeout_ms = args.upstream_request_timeout_ms or int(
+        properties.get("upstream.request.timeout.ms", DEFAULT_REQUEST_TIMEOUT_MS)
+    )
+    if not servers.strip():
+        if args.upstream_request_timeout_ms is not None:
+            raise ValueError("--upstream-request-timeout-ms needs --upstream")
+        return None
+    return Upstream(parse_bootstrap(servers), request_timeout_ms=timeout_ms)
 
 
 async def _serve_while_owner(gateway: Any, serve: Any, on_ready: Any) -> None:

@@ -11,6 +11,7 @@ and decodes; what to answer is :mod:`coordinator.gateway.apis`' business.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
 import io
@@ -24,6 +25,7 @@ from typing import Any
 from kio.index import load_request_schema as _load_request_schema
 from kio.index import load_response_schema as _load_response_schema
 from kio.schema.errors import ErrorCode
+from kio.schema.index import api_key_map, schema_name_map
 from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
 from kio.schema.response_header.v0.header import ResponseHeader as ResponseHeaderV0
 from kio.serial import entity_reader, entity_writer
@@ -87,15 +89,33 @@ def peek_header(frame: bytes) -> tuple[int, int, int]:
     return int(api_key), int(api_version), int(correlation_id)
 
 
-def decode_request(frame: bytes) -> DecodedRequest:
-    """The header and body of one request frame (without its size prefix).
+def readable_versions(api_key: int) -> tuple[int, int] | None:
+    """The versions of ``api_key`` this codec reads and writes (kio's, and the older ones of
+    :mod:`legacy`), as (min, max); None for a key neither knows."""
+    versions: set[int] = set()
+    with contextlib.suppress(KeyError):
+        versions.update(schema_name_map[api_key_map[api_key]])
+    low, high = legacy.VERSIONS.get(api_key, (0, -1))
+    versions.update(range(low, high + 1))
+    if not versions:
+        return None
+    # a contiguous range: kio's floor meets legacy's ceiling for every key legacy serves
+    return min(versions), max(versions)
+
+
+def decode_request(
+    frame: bytes, supported: dict[int, tuple[int, int]] | None = None
+) -> DecodedRequest:
+    """The header and body of one request frame (without its size prefix), for the versions in
+    ``supported`` (default :data:`SUPPORTED`).
 
     Raises :class:`FrameError` for an unknown API key, a version out of range (except
     ApiVersions, which Kafka answers), an undecodable header or body, or trailing bytes."""
+    supported = SUPPORTED if supported is None else supported
     api_key, api_version, correlation_id = peek_header(frame)
-    if api_key not in SUPPORTED:
+    if api_key not in supported:
         raise FrameError(f"unknown or unsupported API key {api_key}")
-    low, high = SUPPORTED[api_key]
+    low, high = supported[api_key]
     if not low <= api_version <= high:
         if api_key == API_VERSIONS and api_version > high:
             return DecodedRequest(api_key, api_version, correlation_id, None, None)

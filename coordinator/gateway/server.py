@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import struct
 import time
@@ -33,6 +34,7 @@ from coordinator.gateway import apis, codec
 from coordinator.gateway.backend import Backend, cannot_serve
 from coordinator.gateway.codec import FrameError
 from coordinator.gateway.log_topic import LogTopic, for_backend
+from coordinator.gateway.upstream import ClientLink, Upstream
 
 if TYPE_CHECKING:
     from coordinator.metrics.gateway import GatewayMetrics
@@ -58,6 +60,7 @@ class Gateway:
         idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
         log_topic: LogTopic | None = None,
         metrics: GatewayMetrics | None = None,
+        upstream: Upstream | None = None,
     ) -> None:
         self.backend = backend
         #: ``__consumer_offsets``: by default the back end's warehouse log (empty without one).
@@ -65,6 +68,7 @@ class Gateway:
         self.topics = dict(topics)
         self.host = host
         self.port = port
+        self._listen_port = port
         self.max_request_bytes = max_request_bytes
         self.idle_timeout_s = idle_timeout_s
         self.connections = 0
@@ -79,19 +83,51 @@ class Gateway:
         #: Answers FindCoordinator while the back end loads (the gateway is the only node).
         self._finder: GroupCoordinator | None = None
         self._handlers: set[asyncio.Task[Any]] = set()
+        #: Upstream mode (:mod:`coordinator.gateway.upstream`): data to the upstream's brokers,
+        #: one listener per broker (node id -> server), groups to the back end.
+        self.upstream = upstream
+        self._broker_servers: dict[int, asyncio.Server] = {}
+        self._listener_lock = asyncio.Lock()
 
     async def start(self) -> None:
         """Listen, then start the back end; connections meanwhile get LOAD_IN_PROGRESS for
         group APIs (module doc). Returns once ready."""
-        self._server = await asyncio.start_server(self._connection, self.host, self.port)
+        self._server = await asyncio.start_server(
+            functools.partial(self._connection, None), self.host, self.port
+        )
         self.port = self._server.sockets[0].getsockname()[1]
         node = CoordinatorNode(0, self.host, self.port)
         self._ctx.port = self.port
+        if self.upstream is not None:
+            self.upstream.attach((self.host, self.port), self.broker_listener)
+            self._ctx.versions = self.upstream.advertised
+            self._ctx.coordinator = self.upstream.coordinator
+            await self.upstream.start()
         self._finder = GroupCoordinator(node=node)
         await self.backend.start(node)
         await self.log_topic.refresh(force=True)
         self._ctx.submit = self.backend.submit
         self.ready = True
+
+    async def broker_listener(self, node_id: int) -> tuple[str, int]:
+        """The address of the gateway's listener for upstream broker ``node_id``, opened on
+        first use: with the bootstrap listener on an ephemeral port, on another one; otherwise
+        on the bootstrap port + 1 + the node id (a port per broker, as Kroxylicious does)."""
+        async with self._listener_lock:
+            server = self._broker_servers.get(node_id)
+            if server is None:
+                port = 0 if self._listen_port == 0 else self._listen_port + 1 + node_id
+                server = await asyncio.start_server(
+                    functools.partial(self._connection, node_id), self.host, port
+                )
+                self._broker_servers[node_id] = server
+                log.info(
+                    "listening on %s:%s for upstream node %s",
+                    self.host,
+                    server.sockets[0].getsockname()[1],
+                    node_id,
+                )
+            return self.host, int(server.sockets[0].getsockname()[1])
 
     async def _while_loading(self, request: dict[str, Any]) -> dict[str, Any]:
         if self.ready:  # a request read just before the switch
@@ -108,15 +144,21 @@ class Gateway:
             await self._server.serve_forever()
 
     async def stop(self) -> None:
-        if self._server is not None:
-            self._server.close()
-            for task in list(self._handlers):
-                task.cancel()
-            await asyncio.gather(*self._handlers, return_exceptions=True)
-            await self._server.wait_closed()
+        servers = [s for s in (self._server, *self._broker_servers.values()) if s is not None]
+        for server in servers:
+            server.close()
+        for task in list(self._handlers):
+            task.cancel()
+        await asyncio.gather(*self._handlers, return_exceptions=True)
+        for server in servers:
+            await server.wait_closed()
+        if self.upstream is not None:
+            await self.upstream.stop()
         await self.backend.stop()
 
-    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _connection(
+        self, node_id: int | None, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
         task = asyncio.current_task()
         if task is not None:
             self._handlers.add(task)
@@ -126,8 +168,9 @@ class Gateway:
         bad_input = False
         peer = writer.get_extra_info("peername")
         client_host = f"/{peer[0]}" if isinstance(peer, tuple) else "/unknown"
+        link = ClientLink(node_id)
         try:
-            await self._serve(reader, writer, client_host)
+            await self._serve(reader, writer, client_host, link)
         except FrameError as exc:
             self.closed_for_bad_input += 1
             bad_input = True
@@ -141,6 +184,8 @@ class Gateway:
         finally:
             writer.close()
             with contextlib.suppress(Exception):
+                await link.close()
+            with contextlib.suppress(Exception):
                 await writer.wait_closed()
             if task is not None:
                 self._handlers.discard(task)
@@ -148,9 +193,14 @@ class Gateway:
                 self.metrics.closed(bad_input)
 
     async def _serve(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, client_host: str
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        client_host: str,
+        link: ClientLink,
     ) -> None:
         metrics = self.metrics
+        upstream = self.upstream
         while True:
             # asyncio.timeout, not wait_for: no task per read (a third of wait_for's cost).
             async with asyncio.timeout(self.idle_timeout_s):
@@ -161,6 +211,15 @@ class Gateway:
             async with asyncio.timeout(self.idle_timeout_s):
                 frame = await reader.readexactly(size)
             started = time.perf_counter()
+            api_key = codec.peek_header(frame)[0]
+            if upstream is not None and upstream.routes(api_key):
+                forwarded = await upstream.serve(link, frame)
+                if metrics is not None:  # the broker's answer is passed on, not decoded
+                    metrics.answered(api_key, None, time.perf_counter() - started)
+                if forwarded is not None:
+                    writer.write(forwarded)
+                    await writer.drain()
+                continue
             request = codec.decode_request(frame)
             answer = await apis.dispatch(self._ctx, request, client_host)
             if answer is None:

@@ -1,0 +1,722 @@
+"""Upstream mode: the gateway in front of a Kafka-protocol cluster, data to its brokers, groups
+to our coordinator.
+
+What goes where (the gateway's server asks :meth:`Upstream.routes` for each request):
+
+- **Forwarded** (:data:`FORWARDED`): Produce, Fetch, ListOffsets, OffsetForLeaderEpoch,
+  InitProducerId (idempotence only) and the topic admin APIs go, as the client's own bytes, to the
+  broker the client addressed: the one whose gateway listener the connection came in on (a
+  client only sends a partition's data to its leader, as Metadata named it), any broker from
+  the bootstrap listener. Metadata goes too, and its answer's brokers are rewritten to the
+  gateway's listeners (one per upstream broker, same node id), so clients connect only through
+  the gateway and leaders stay right.
+- **Refused** (:data:`TRANSACTIONAL`, InitProducerId with a transactional id, FindCoordinator for
+  a transaction): a transaction's offsets go through the transaction coordinator
+  (TxnOffsetCommit) into the upstream's ``__consumer_offsets``, not ours; answered
+  TRANSACTIONAL_ID_AUTHORIZATION_FAILED, which producers treat as fatal, not retriable.
+- Everything else (ApiVersions, FindCoordinator for groups, every group API) is the gateway's,
+  as without an upstream; never upstream.
+
+Correlation ids: each client connection has its own connection to each broker it addresses
+(as Kroxylicious does: one client's Fetch held for ``max_wait_ms`` never delays another's
+Produce), with its own ids; the client's id is put back on the answer. The server serves one
+request per client connection at a time, so answers go back in the client's order.
+
+An unreachable broker (refused, reset, or silent for ``request_timeout_s``) answers as Kafka's
+clients expect of a leader that went away: partition errors NOT_LEADER_OR_FOLLOWER (Produce,
+Fetch, ListOffsets, OffsetForLeaderEpoch; REQUEST_TIMED_OUT for a Produce that was sent and not
+acknowledged, which may have been written), COORDINATOR_NOT_AVAILABLE (InitProducerId), and
+Metadata from the last answer seen with every partition LEADER_NOT_AVAILABLE; all are retriable
+and make clients refresh their metadata. The admin APIs close the client's connection, as a
+dead broker does. Group coordination never needs the upstream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import struct
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from coordinator.gateway import codec
+from coordinator.gateway.codec import FrameError
+
+log = logging.getLogger(__name__)
+
+# Kafka's API keys beyond codec's (the APIs an upstream serves).
+CREATE_TOPICS, DELETE_TOPICS, DELETE_RECORDS, INIT_PRODUCER_ID = 19, 20, 21, 22
+OFFSET_FOR_LEADER_EPOCH, ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN = 23, 24, 25, 26
+TXN_OFFSET_COMMIT, DESCRIBE_CONFIGS, ALTER_CONFIGS, CREATE_PARTITIONS = 28, 32, 33, 37
+INCREMENTAL_ALTER_CONFIGS = 44
+
+#: Sent to the partition's leader (the listener's broker) as they are.
+FORWARDED = frozenset(
+    {
+        codec.PRODUCE,
+        codec.FETCH,
+        codec.LIST_OFFSETS,
+        INIT_PRODUCER_ID,
+        OFFSET_FOR_LEADER_EPOCH,
+        CREATE_TOPICS,
+        DELETE_TOPICS,
+        DELETE_RECORDS,
+        DESCRIBE_CONFIGS,
+        ALTER_CONFIGS,
+        CREATE_PARTITIONS,
+        INCREMENTAL_ALTER_CONFIGS,
+    }
+)
+#: The transaction APIs a client may send (none is advertised): refused.
+TRANSACTIONAL = frozenset({ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN, TXN_OFFSET_COMMIT})
+
+# Kafka's error codes used here.
+LEADER_NOT_AVAILABLE = 5
+NOT_LEADER_OR_FOLLOWER = 6
+REQUEST_TIMED_OUT = 7
+COORDINATOR_NOT_AVAILABLE = 15
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
+
+TRANSACTIONS_REFUSED = (
+    "transactions are not served through this gateway: a transaction's offsets would be "
+    "committed to the upstream cluster's __consumer_offsets, not the coordinator's"
+)
+
+#: The node id the gateway gives itself while it has never seen the upstream's brokers (its
+#: bootstrap listener, in Metadata and FindCoordinator); far above any broker's id.
+GATEWAY_NODE_ID = 2**31 - 2
+
+#: Kafka's default request.timeout.ms (the clients'): how long a broker may take to answer.
+DEFAULT_REQUEST_TIMEOUT_MS = 30_000
+DEFAULT_CONNECT_TIMEOUT_S = 5.0
+#: A Fetch answered with errors is held this long at most (the client's max_wait_ms, capped),
+#: so that clients do not spin while the broker is away.
+MAX_ERROR_FETCH_WAIT_S = 1.0
+
+Address = tuple[str, int]
+
+
+class UpstreamUnavailable(Exception):
+    """The broker could not be reached, or dropped the connection before answering."""
+
+    def __init__(self, message: str, *, sent: bool = False) -> None:
+        super().__init__(message)
+        #: whether the request had been written (a Produce may then have been appended)
+        self.sent = sent
+
+
+def parse_bootstrap(servers: str) -> list[Address]:
+    """``HOST:PORT[,HOST:PORT...]`` (Kafka's ``bootstrap.servers``) as addresses."""
+    out: list[Address] = []
+    for item in servers.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        host, sep, port = item.rpartition(":")
+        if not sep or not host or not port.isdigit():
+            raise ValueError(f"an upstream server is HOST:PORT, got {item!r}")
+        out.append((host, int(port)))
+    if not out:
+        raise ValueError("no upstream bootstrap server given")
+    return out
+
+
+# --- correlation ids --------------------------------------------------------------------------
+
+
+def request_correlation_id(frame: bytes) -> int:
+    """The correlation id of a request frame (without its size prefix): after the API key and
+    version in every header version."""
+    return int(struct.unpack_from(">i", frame, 4)[0])
+
+
+def with_request_correlation_id(frame: bytes, correlation_id: int) -> bytes:
+    """The request frame with another correlation id (nothing else changes)."""
+    return frame[:4] + struct.pack(">i", correlation_id) + frame[8:]
+
+
+def response_correlation_id(frame: bytes) -> int:
+    """The correlation id of a response frame: its first field in every header version."""
+    return int(struct.unpack_from(">i", frame, 0)[0])
+
+
+def with_response_correlation_id(frame: bytes, correlation_id: int) -> bytes:
+    return struct.pack(">i", correlation_id) + frame[4:]
+
+
+# --- what is advertised -----------------------------------------------------------------------
+
+
+def intersect(a: tuple[int, int], b: tuple[int, int]) -> tuple[int, int] | None:
+    low, high = max(a[0], b[0]), min(a[1], b[1])
+    return (low, high) if low <= high else None
+
+
+def advertised_versions(
+    upstream: dict[int, tuple[int, int]] | None,
+) -> dict[int, tuple[int, int]]:
+    """The ApiVersions table of the gateway in upstream mode: the group APIs and ApiVersions at
+    the gateway's own ranges (never upstream); Metadata and every forwarded API at the
+    intersection of the upstream's range and the versions the gateway reads and answers; no
+    transaction API. While the upstream has not answered (``upstream`` None) the forwarded APIs
+    the gateway can answer alone with retriable errors keep its coordinator-only ranges."""
+    own = {
+        key: span
+        for key, span in codec.SUPPORTED.items()
+        if key not in FORWARDED and key != codec.METADATA
+    }
+    if upstream is None:
+        alone = {codec.PRODUCE, codec.FETCH, codec.LIST_OFFSETS, codec.METADATA}
+        own.update({key: codec.SUPPORTED[key] for key in alone})
+        return dict(sorted(own.items()))
+    for key in (*FORWARDED, codec.METADATA):
+        theirs = upstream.get(key)
+        ours = codec.readable_versions(key)
+        both = intersect(theirs, ours) if theirs is not None and ours is not None else None
+        if both is not None:
+            own[key] = both
+    return dict(sorted(own.items()))
+
+
+# --- Metadata -------------------------------------------------------------------------------
+
+
+def rewrite_brokers(body: dict[str, Any], listeners: dict[int, Address]) -> dict[str, Any]:
+    """A Metadata answer (plain data) whose brokers are the gateway's listeners: each upstream
+    broker keeps its node id and rack, with the host and port of its gateway listener, so that
+    leaders, replicas and the controller keep naming the same nodes."""
+    brokers = []
+    for broker in body["brokers"]:
+        host, port = listeners[broker["node_id"]]
+        brokers.append({**broker, "host": host, "port": port})
+    return {**body, "brokers": brokers}
+
+
+@dataclass
+class TopicShape:
+    """What the last upstream Metadata said of a topic, kept for answering without it."""
+
+    topic_id: Any
+    is_internal: bool
+    partitions: list[int]
+
+
+def unavailable_metadata(
+    body: dict[str, Any],
+    brokers: list[dict[str, Any]],
+    cluster_id: str | None,
+    controller_id: int,
+    known: dict[str, TopicShape],
+) -> dict[str, Any]:
+    """Metadata while the upstream cannot be asked: the brokers last seen (the gateway's
+    listeners), and each topic asked for as last seen with every partition LEADER_NOT_AVAILABLE
+    and no leader, as Kafka answers for partitions without a live leader; a topic never seen is
+    LEADER_NOT_AVAILABLE as a whole (Kafka's answer while a topic is being created). Retriable:
+    clients keep their assignment and ask again."""
+    wanted = body.get("topics")
+    names = sorted(known) if not wanted else [t["name"] for t in wanted]
+    topics = []
+    for name in names:
+        shape = known.get(name)
+        topics.append(
+            {
+                "error_code": 0 if shape is not None else LEADER_NOT_AVAILABLE,
+                "name": name,
+                "topic_id": shape.topic_id if shape is not None else uuid.UUID(int=0),
+                "is_internal": shape.is_internal if shape is not None else False,
+                "partitions": [
+                    {
+                        "error_code": LEADER_NOT_AVAILABLE,
+                        "partition_index": index,
+                        "leader_id": -1,
+                        "leader_epoch": -1,
+                        "replica_nodes": [],
+                        "isr_nodes": [],
+                        "offline_replicas": [],
+                    }
+                    for index in (shape.partitions if shape is not None else [])
+                ],
+                "topic_authorized_operations": -(2**31),
+            }
+        )
+    return {
+        "throttle_time": 0,
+        "brokers": brokers,
+        "cluster_id": cluster_id,
+        "controller_id": controller_id,
+        "topics": topics,
+        "cluster_authorized_operations": -(2**31),
+    }
+
+
+# --- answers the gateway gives in the broker's place ------------------------------------------
+
+
+def error_answer(api_key: int, body: dict[str, Any], error: int, message: str) -> dict[str, Any]:
+    """The answer (plain data) to a forwarded or refused request that gets ``error`` for every
+    partition (or as a whole), echoing the request's topics and partitions. Raises KeyError for
+    an API answered only by its broker (the caller closes the connection)."""
+    if api_key == codec.PRODUCE:
+        return {
+            "throttle_time": 0,
+            "responses": [
+                {
+                    "name": t.get("name"),
+                    "topic_id": t.get("topic_id"),
+                    "partition_responses": [
+                        {
+                            "index": p["index"],
+                            "error_code": error,
+                            "base_offset": -1,
+                            "log_append_time": -1,
+                            "log_start_offset": -1,
+                            "record_errors": [],
+                            "error_message": message,
+                        }
+                        for p in t["partition_data"]
+                    ],
+                }
+                for t in body["topic_data"]
+            ],
+        }
+    if api_key == codec.FETCH:
+        return {
+            "throttle_time": 0,
+            "error_code": 0,
+            "session_id": 0,
+            "responses": [
+                {
+                    "topic": t.get("topic"),
+                    "topic_id": t.get("topic_id"),
+                    "partitions": [
+                        {
+                            "partition_index": p["partition"],
+                            "error_code": error,
+                            "high_watermark": -1,
+                            "last_stable_offset": -1,
+                            "log_start_offset": -1,
+                            "aborted_transactions": [],
+                            "preferred_read_replica": -1,
+                            "records": b"",  # never null: kafka-python fails on null
+                        }
+                        for p in t["partitions"]
+                    ],
+                }
+                for t in body["topics"]
+            ],
+        }
+    if api_key == codec.LIST_OFFSETS:
+        return {
+            "throttle_time": 0,
+            "topics": [
+                {
+                    "name": t["name"],
+                    "partitions": [
+                        {
+                            "partition_index": p["partition_index"],
+                            "error_code": error,
+                            "timestamp": -1,
+                            "offset": -1,
+                            "leader_epoch": -1,
+                            "old_style_offsets": [],
+                        }
+                        for p in t["partitions"]
+                    ],
+                }
+                for t in body["topics"]
+            ],
+        }
+    if api_key == OFFSET_FOR_LEADER_EPOCH:
+        return {
+            "throttle_time": 0,
+            "topics": [
+                {
+                    "topic": t["topic"],
+                    "partitions": [
+                        {
+                            "error_code": error,
+                            "partition": p["partition"],
+                            "leader_epoch": -1,
+                            "end_offset": -1,
+                        }
+                        for p in t["partitions"]
+                    ],
+                }
+                for t in body["topics"]
+            ],
+        }
+    if api_key in (INIT_PRODUCER_ID, ADD_OFFSETS_TO_TXN, END_TXN):
+        return {"throttle_time": 0, "error_code": error, "producer_id": -1, "producer_epoch": -1}
+    if api_key == TXN_OFFSET_COMMIT:
+        return {
+            "throttle_time": 0,
+            "topics": [
+                {
+                    "name": t["name"],
+                    "partitions": [
+                        {"partition_index": p["partition_index"], "error_code": error}
+                        for p in t["partitions"]
+                    ],
+                }
+                for t in body["topics"]
+            ],
+        }
+    if api_key == ADD_PARTITIONS_TO_TXN and "v3_and_below_topics" in body:
+        return {
+            "throttle_time": 0,
+            "results_by_topic_v3_and_below": [
+                {
+                    "name": t["name"],
+                    "results_by_partition": [
+                        {"partition_index": index, "partition_error_code": error}
+                        for index in t["partitions"]
+                    ],
+                }
+                for t in body["v3_and_below_topics"]
+            ],
+        }
+    raise KeyError(api_key)
+
+
+def unavailable_error(api_key: int, failure: UpstreamUnavailable) -> int:
+    """Kafka's retriable error for a request its broker did not answer."""
+    if api_key == INIT_PRODUCER_ID:
+        return COORDINATOR_NOT_AVAILABLE
+    if api_key == codec.PRODUCE and failure.sent:
+        return REQUEST_TIMED_OUT  # it may have been appended: the client's retry decides
+    return NOT_LEADER_OR_FOLLOWER
+
+
+# --- connections ----------------------------------------------------------------------------
+
+
+class BrokerConnection:
+    """One connection to one upstream broker, with its own correlation ids: requests are
+    written with the next id and their answers matched back by it, the client's id restored."""
+
+    def __init__(
+        self,
+        address: Address,
+        *,
+        connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
+        request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_MS / 1000,
+    ) -> None:
+        self.address = address
+        self.connect_timeout_s = connect_timeout_s
+        self.request_timeout_s = request_timeout_s
+        self._ids = itertools.count(1)
+        self._pending: dict[int, asyncio.Future[bytes]] = {}
+        self._writer: asyncio.StreamWriter | None = None
+        self._reader_task: asyncio.Task[None] | None = None
+        self._lock = asyncio.Lock()
+
+    def _next_id(self) -> int:
+        return next(self._ids) % 2**31
+
+    async def _connect(self) -> asyncio.StreamWriter:
+        async with self._lock:
+            if self._writer is not None and not self._writer.is_closing():
+                return self._writer
+            host, port = self.address
+            try:
+                async with asyncio.timeout(self.connect_timeout_s):
+                    reader, writer = await asyncio.open_connection(host, port)
+            except (OSError, TimeoutError) as exc:
+                raise UpstreamUnavailable(f"{host}:{port} unreachable: {exc!r}") from exc
+            self._writer = writer
+            self._reader_task = asyncio.create_task(self._read(reader, writer))
+            return writer
+
+    async def _read(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        failure: BaseException = UpstreamUnavailable("the broker closed the connection", sent=True)
+        try:
+            while True:
+                (size,) = struct.unpack(">i", await reader.readexactly(4))
+                frame = await reader.readexactly(size)
+                future = self._pending.pop(response_correlation_id(frame), None)
+                if future is not None and not future.done():
+                    future.set_result(frame)
+        except (asyncio.IncompleteReadError, ConnectionError, OSError) as exc:
+            failure = UpstreamUnavailable(f"connection to the broker lost: {exc!r}", sent=True)
+        finally:
+            writer.close()
+            if self._writer is writer:
+                self._writer = None
+            pending, self._pending = self._pending, {}
+            for future in pending.values():
+                if not future.done():
+                    future.set_exception(failure)
+
+    async def call(self, frame: bytes, *, expect_response: bool = True) -> bytes | None:
+        """Send a request frame (without its size prefix) and return the answer frame (without
+        its size prefix) carrying the request's own correlation id; None when Kafka sends no
+        answer (a Produce with acks=0). Raises :class:`UpstreamUnavailable`."""
+        writer = await self._connect()
+        ours = self._next_id()
+        future: asyncio.Future[bytes] | None = None
+        if expect_response:
+            future = asyncio.get_running_loop().create_future()
+            self._pending[ours] = future
+        try:
+            writer.write(struct.pack(">i", len(frame)) + with_request_correlation_id(frame, ours))
+            await writer.drain()
+        except (ConnectionError, OSError) as exc:
+            self._pending.pop(ours, None)
+            raise UpstreamUnavailable(f"could not send to the broker: {exc!r}") from exc
+        if future is None:
+            return None
+        try:
+            async with asyncio.timeout(self.request_timeout_s):
+                answer = await future
+        except TimeoutError as exc:
+            self._pending.pop(ours, None)
+            raise UpstreamUnavailable(
+                f"no answer within {self.request_timeout_s:g} s", sent=True
+            ) from exc
+        return with_response_correlation_id(answer, request_correlation_id(frame))
+
+    async def close(self) -> None:
+        writer, task = self._writer, self._reader_task
+        self._writer = None
+        if writer is not None:
+            writer.close()
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+
+@dataclass
+class ClientLink:
+    """A client connection's connections upstream, opened when first needed."""
+
+    node_id: int | None  # the broker of the listener it came in on; None: bootstrap
+    brokers: dict[Address, BrokerConnection] = field(default_factory=dict)
+
+    async def close(self) -> None:
+        for connection in self.brokers.values():
+            await connection.close()
+        self.brokers.clear()
+
+
+# --- the cluster ----------------------------------------------------------------------------
+
+
+#: Opens (once) the gateway listener of an upstream node and returns its address.
+EnsureListener = Callable[[int], Awaitable[Address]]
+
+
+class Upstream:
+    """The upstream cluster as the gateway sees it: its bootstrap servers, the brokers and API
+    versions it last answered with, and the forwarding of requests to them."""
+
+    def __init__(
+        self,
+        bootstrap: list[Address],
+        *,
+        request_timeout_ms: int = DEFAULT_REQUEST_TIMEOUT_MS,
+        connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
+    ) -> None:
+        self.bootstrap = list(bootstrap)
+        self.request_timeout_s = request_timeout_ms / 1000
+        self.connect_timeout_s = connect_timeout_s
+        #: node id -> the broker's own address (from the last Metadata)
+        self.brokers: dict[int, Address] = {}
+        self.racks: dict[int, str | None] = {}
+        self.cluster_id: str | None = None
+        self.controller_id = -1
+        self.topics: dict[str, TopicShape] = {}
+        #: the upstream's ApiVersions table (None until it answered)
+        self.api_versions: dict[int, tuple[int, int]] | None = None
+        self._ensure_listener: EnsureListener | None = None
+        self._gateway_address: Address = ("127.0.0.1", 0)
+        self._control = ClientLink(None)
+
+    def attach(self, gateway_address: Address, ensure_listener: EnsureListener) -> None:
+        """The gateway's bootstrap address and how to open a listener per broker."""
+        self._gateway_address = gateway_address
+        self._ensure_listener = ensure_listener
+
+    def connection(self, link: ClientLink, address: Address) -> BrokerConnection:
+        connection = link.brokers.get(address)
+        if connection is None:
+            connection = BrokerConnection(
+                address,
+                connect_timeout_s=self.connect_timeout_s,
+                request_timeout_s=self.request_timeout_s,
+            )
+            link.brokers[address] = connection
+        return connection
+
+    async def start(self) -> None:
+        """Ask the upstream for its API versions and brokers; an unreachable upstream is
+        logged, and asked again when a client needs it."""
+        try:
+            await self.refresh()
+        except UpstreamUnavailable as exc:
+            log.warning("upstream %s unreachable at start: %s", self.bootstrap, exc)
+
+    async def stop(self) -> None:
+        await self._control.close()
+
+    async def refresh(self) -> None:
+        """ApiVersions and Metadata (brokers only) from the upstream, on the gateway's own
+        connection. Raises :class:`UpstreamUnavailable`."""
+        versions = await self._ask(codec.API_VERSIONS, 0, {})
+        if int(versions["error_code"]) == 0:
+            self.api_versions = {
+                int(k["api_key"]): (int(k["min_version"]), int(k["max_version"]))
+                for k in versions["api_keys"]
+            }
+        metadata_version = 1  # every Kafka since 0.10 serves it; brokers and racks
+        answer = await self._ask(codec.METADATA, metadata_version, {"topics": []})
+        await self._learn(answer)
+
+    async def _ask(self, api_key: int, version: int, body: dict[str, Any]) -> dict[str, Any]:
+        frame = codec.encode_request(api_key, version, 1, body, client_id="coordinator-gateway")
+        last: UpstreamUnavailable | None = None
+        for address in self._addresses(None):
+            try:
+                answer = await self.connection(self._control, address).call(frame[4:])
+            except UpstreamUnavailable as exc:
+                last = exc
+                continue
+            assert answer is not None
+            _, response = codec.decode_response(api_key, version, answer)
+            plain: dict[str, Any] = codec.plain(response)
+            return plain
+        raise last or UpstreamUnavailable("no upstream server")
+
+    def _addresses(self, node_id: int | None) -> list[Address]:
+        """Where a request addressed to ``node_id`` goes: that broker; for the bootstrap
+        listener, the brokers last seen, then the bootstrap servers."""
+        if node_id is not None:
+            address = self.brokers.get(node_id)
+            return [address] if address is not None else []
+        seen = [self.brokers[n] for n in sorted(self.brokers)]
+        return seen + [a for a in self.bootstrap if a not in seen]
+
+    async def _learn(self, answer: dict[str, Any]) -> None:
+        """Take the brokers and topics of a Metadata answer; open a listener per new broker."""
+        self.brokers = {int(b["node_id"]): (b["host"], int(b["port"])) for b in answer["brokers"]}
+        self.racks = {int(b["node_id"]): b.get("rack") for b in answer["brokers"]}
+        self.cluster_id = answer.get("cluster_id", self.cluster_id)
+        self.controller_id = int(answer.get("controller_id", -1))
+        for topic in answer.get("topics") or []:
+            if int(topic["error_code"]) == 0:
+                self.topics[topic["name"]] = TopicShape(
+                    topic.get("topic_id"),
+                    bool(topic.get("is_internal", False)),
+                    sorted(int(p["partition_index"]) for p in topic["partitions"]),
+                )
+        if self._ensure_listener is not None:
+            for node_id in sorted(self.brokers):
+                await self._ensure_listener(node_id)
+
+    async def listeners(self) -> dict[int, Address]:
+        assert self._ensure_listener is not None
+        return {n: await self._ensure_listener(n) for n in sorted(self.brokers)}
+
+    async def coordinator(self) -> tuple[int, str, int]:
+        """Where FindCoordinator sends clients for a group: the gateway listener of the upstream
+        broker with the lowest node id (a node clients know from Metadata), or the bootstrap
+        listener as :data:`GATEWAY_NODE_ID` while no broker has been seen."""
+        if self.brokers:
+            node_id = min(self.brokers)
+            host, port = (await self.listeners())[node_id]
+            return node_id, host, port
+        host, port = self._gateway_address
+        return GATEWAY_NODE_ID, host, port
+
+    async def advertised(self) -> dict[int, tuple[int, int]]:
+        if self.api_versions is None:
+            with contextlib.suppress(UpstreamUnavailable):
+                await self.refresh()
+        return advertised_versions(self.api_versions)
+
+    # --- serving a client's request ---------------------------------------------------------
+
+    @staticmethod
+    def routes(api_key: int) -> bool:
+        """Whether a request of ``api_key`` is this module's to serve (forwarded or refused)."""
+        return api_key in FORWARDED or api_key in TRANSACTIONAL or api_key == codec.METADATA
+
+    async def serve(self, link: ClientLink, frame: bytes) -> bytes | None:
+        """The framed answer to a request frame (without its size prefix) of an API that
+        :meth:`routes`; None when Kafka sends none. Raises FrameError to close the client's
+        connection (bad input, or an admin request whose broker is away)."""
+        api_key, version, correlation_id = codec.peek_header(frame)
+        readable = codec.readable_versions(api_key)
+        assert readable is not None
+        request = codec.decode_request(frame, {api_key: readable})
+        body: dict[str, Any] = codec.plain(request.body)
+        if api_key in TRANSACTIONAL or (
+            api_key == INIT_PRODUCER_ID and body.get("transactional_id") is not None
+        ):
+            log.info("refused %s from %s: %s", api_key, request.client_id, TRANSACTIONS_REFUSED)
+            answer = error_answer(
+                api_key, body, TRANSACTIONAL_ID_AUTHORIZATION_FAILED, TRANSACTIONS_REFUSED
+            )
+            return codec.encode_response(api_key, version, correlation_id, answer)
+        expect = not (api_key == codec.PRODUCE and body.get("acks") == 0)
+        try:
+            response = await self._forward(link, frame, expect)
+        except UpstreamUnavailable as failure:
+            return await self._unavailable(api_key, version, correlation_id, body, failure)
+        if response is None:
+            return None
+        if api_key == codec.METADATA:
+            _, decoded = codec.decode_response(api_key, version, response)
+            answer = codec.plain(decoded)
+            await self._learn(answer)
+            rewritten = rewrite_brokers(answer, await self.listeners())
+            return codec.encode_response(api_key, version, correlation_id, rewritten)
+        return struct.pack(">i", len(response)) + response
+
+    async def _forward(self, link: ClientLink, frame: bytes, expect: bool) -> bytes | None:
+        addresses = self._addresses(link.node_id)
+        if not addresses:
+            raise UpstreamUnavailable(f"node {link.node_id} is not in the upstream's metadata")
+        last: UpstreamUnavailable | None = None
+        for address in addresses:
+            try:
+                return await self.connection(link, address).call(frame, expect_response=expect)
+            except UpstreamUnavailable as exc:
+                if exc.sent:  # answered by no one, but maybe acted upon: never sent twice
+                    raise
+                last = exc
+        assert last is not None
+        raise last
+
+    async def _unavailable(
+        self,
+        api_key: int,
+        version: int,
+        correlation_id: int,
+        body: dict[str, Any],
+        failure: UpstreamUnavailable,
+    ) -> bytes:
+        log.info("upstream unavailable for API %s: %s", api_key, failure)
+        if api_key == codec.METADATA:
+            brokers: list[dict[str, Any]] = [
+                {"node_id": node_id, "host": host, "port": port, "rack": self.racks.get(node_id)}
+                for node_id, (host, port) in (await self.listeners()).items()
+            ]
+            if not brokers:
+                node_id, host, port = await self.coordinator()
+                brokers = [{"node_id": node_id, "host": host, "port": port, "rack": None}]
+            controller = self.controller_id if self.brokers else brokers[0]["node_id"]
+            answer = unavailable_metadata(body, brokers, self.cluster_id, controller, self.topics)
+            return codec.encode_response(api_key, version, correlation_id, answer)
+        try:
+            answer = error_answer(api_key, body, unavailable_error(api_key, failure), str(failure))
+        except KeyError:
+            raise FrameError(f"API {api_key}: the upstream broker is unavailable") from failure
+        if api_key == codec.FETCH:
+            wait_ms = max(0, int(body.get("max_wait", 0)))
+            await asyncio.sleep(min(wait_ms / 1000, MAX_ERROR_FETCH_WAIT_S))
+        return codec.encode_response(api_key, version, correlation_id, answer)
