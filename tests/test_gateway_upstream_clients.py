@@ -101,6 +101,12 @@ class Reader:
         if not self.assigned:
             return False
         positions = self.consumer.position([TopicPartition(TOPIC, p) for p in self.assigned])
+        # librdkafka's position is the application's: invalid until a record is read here, as
+        # for a partition its previous owner read to the end (and committed on giving it up)
+        unread = [tp for tp in positions if tp.offset < 0]
+        if unread:
+            positions = [tp for tp in positions if tp.offset >= 0]
+            positions += self.consumer.committed(unread, timeout=30)
         return all(tp.offset == ends[tp.partition] for tp in positions)
 
     def close(self) -> None:
