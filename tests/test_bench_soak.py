@@ -89,31 +89,71 @@ def test_a_sawtooth_is_judged_by_its_peaks():
 
 def test_memory_is_judged_from_the_warm_up_of_each_run():
     """Each start of the job warms up again (about 13 minutes for the driver): a run's samples
-    are judged only from ``settle_minutes`` after it began, so three runs that each warm up
-    and then hold are steady; a run that keeps growing after its warm-up is flagged."""
+    are judged from ``settle_minutes`` after it began, by slope where a run has three such
+    samples, and by the highest each run reached, which must not climb from run to run."""
 
     def level(minute: float, start: float, growth: float) -> float:
         warm = min(minute - start, 13.0)
         return 300 + 15 * warm + growth * max(minute - start - 13.0, 0.0)
 
-    def runs(growth: float) -> list[dict[str, Any]]:
+    def runs(growth: float, starts: tuple[float, ...], step: float = 0.0) -> list[dict[str, Any]]:
         rows = []
         for m in range(5, 65, 5):
-            run, start = (1, 0.0) if m < 24 else (2, 24.0) if m < 42 else (3, 42.0)
+            run = sum(1 for start in starts if start <= m)
+            start = starts[run - 1]
             rows.append(
                 sample(
                     m,
                     run,
-                    m in (25, 45),
-                    driver_rss_mb=level(m, start, growth),
+                    start > 0 and m - start < 5,
+                    driver_rss_mb=level(m, start, growth) + step * (run - 1),
                     run_started_minute=start,
                 )
             )
         return rows
 
-    assert trend(runs(0.0), settle_minutes=15)["verdict"] == "steady"
-    result = trend(runs(5.0), settle_minutes=15)
-    assert result["flagged"] == ["driver_rss_mb"]
+    # Restarts at 24 and 42 minutes: each run warms up and holds.
+    short = (0.0, 24.0, 42.0)
+    result = trend(runs(0.0, short), settle_minutes=15)
+    assert result["verdict"] == "steady"
+    assert result["figures"]["driver_rss_mb"]["run_highs"] == [495.0, 495.0, 495.0]
+    # Too short after their warm-ups for a slope; a level that climbs run after run is flagged.
+    assert result["figures"]["driver_rss_mb"]["slope_per_min"] is None
+    assert trend(runs(0.0, short, step=60.0), settle_minutes=15)["flagged"] == ["driver_rss_mb"]
+    # A first run long enough after its warm-up: growth within it is flagged by slope.
+    long = (0.0, 40.0)
+    assert trend(runs(0.0, long), settle_minutes=15)["verdict"] == "steady"
+    growing = trend(runs(5.0, long), settle_minutes=15)
+    assert growing["flagged"] == ["driver_rss_mb"]
+    assert growing["figures"]["driver_rss_mb"]["slope_per_min"] == pytest.approx(5.0)
+
+
+def test_the_checkpoint_is_judged_within_each_run():
+    """A restart leaves a transient in the checkpoint (the state store's maintenance starts
+    over): high after each restart and back down within the run is steady; growth within the
+    runs is flagged."""
+    transient = [
+        sample(m, run, restart, checkpoint_mb=value)
+        for m, run, restart, value in [
+            (15, 1, False, 6.0),
+            (20, 1, False, 5.8),
+            (25, 2, True, 8.2),
+            (30, 2, False, 8.0),
+            (35, 2, False, 5.4),
+            (40, 2, False, 5.7),
+            (45, 3, True, 9.4),
+            (50, 3, False, 9.7),
+            (55, 3, False, 7.9),
+            (60, 3, False, 7.4),
+        ]
+    ]
+    assert soak._slope([(s["minute"], s["checkpoint_mb"]) for s in transient]) > 0.04
+    assert trend(transient, settle_minutes=15)["verdict"] == "steady"
+    growing = [
+        sample(m, 1 + (m >= 25) + (m >= 45), m in (25, 45), checkpoint_mb=5 + 0.2 * m)
+        for m in range(15, 65, 5)
+    ]
+    assert trend(growing, settle_minutes=15)["flagged"] == ["checkpoint_mb"]
 
 
 def test_peaks_keep_each_figures_highest_reading_until_taken():

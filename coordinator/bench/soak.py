@@ -42,10 +42,13 @@ which one reading every 5 minutes catches at a different phase each time.
 
 **The verdict** is by slope, over the samples at or after ``settle_minutes`` (set it past the
 time the job needs to reach its retention: vacuum, log retention, archive clean-up): every size
-must be flat, judged by its peaks, memory flat within each run of the job (a restart resets
-it: the slope is pooled over the runs, each judged from ``settle_minutes`` after it began, as
-each start warms up again), and batch time and latency flat (samples whose interval holds a
-restart are left out of those two). A figure is flagged when its slope, projected over an
+must be flat, judged by its peaks (the checkpoint within each run: a restart leaves a
+transient in it); memory flat within each run of the job (a restart resets it: the slope is
+pooled over the runs long enough for one, each judged from ``settle_minutes`` after it began,
+as each start warms up again, and the highest each run reaches must not climb from run to run;
+the JVM's RSS is reported, not judged, as the JVM grows its heap towards ``-Xmx`` and keeps it);
+and batch time and latency flat (samples whose interval holds a restart are left out of those
+two). A figure is flagged when its slope, projected over an
 hour, exceeds a share of its level and an absolute floor (:data:`LIMITS`).
 
 ``--trace-memory`` (``trace_memory``) also runs ``tracemalloc`` in the job's driver and writes
@@ -93,7 +96,6 @@ KILL = "kill"
 #: (share, floor per hour, unit).
 LIMITS: dict[str, tuple[float, float, str]] = {
     "driver_rss_mb": (0.10, 30.0, "MB"),
-    "jvm_rss_mb": (0.10, 100.0, "MB"),
     "jvm_heap_mb": (0.10, 50.0, "MB"),
     "workers_rss_mb": (0.10, 30.0, "MB"),
     "checkpoint_mb": (0.10, 2.0, "MB"),
@@ -108,9 +110,20 @@ LIMITS: dict[str, tuple[float, float, str]] = {
     "latency_p50_ms": (0.25, 100.0, "ms"),
     "latency_p99_ms": (0.5, 500.0, "ms"),
 }
-#: Judged within each run of the job (pooled slope), as a restart resets them, from
-#: ``settle_minutes`` after that run began (each start is a warm-up of its own).
-PER_RUN = ("driver_rss_mb", "jvm_rss_mb", "jvm_heap_mb", "workers_rss_mb")
+#: Judged within each run of the job (pooled slope over the runs with at least
+#: :data:`MIN_RUN_POINTS` samples from ``settle_minutes`` after the run began: each start is a
+#: warm-up of its own), and across runs: the highest each run reaches after its warm-up must
+#: not climb from run to run by more than the limit.
+PER_RUN = ("driver_rss_mb", "jvm_heap_mb", "workers_rss_mb")
+MIN_RUN_POINTS = 3
+#: Judged within each run too, from its second sample: a restart leaves a transient in the
+#: checkpoint (the state store loads, and its maintenance, which snapshots and deletes old
+#: versions, starts over a minute later), which is not growth.
+RESTART_TRANSIENT = ("checkpoint_mb", "state_mb")
+#: Reported, not judged: the JVM grows its heap towards ``-Xmx`` (``spark.driver.memory``)
+#: when allocation calls for it and keeps it, so its RSS swings between its start and -Xmx
+#: plus native memory whatever the trend; a leak in the JVM shows in its heap after a full GC.
+REPORTED_ONLY = ("jvm_rss_mb",)
 #: Read every ``peek_every_s`` too, and judged by their peak in each interval: compaction,
 #: retention and vacuum make a sawtooth of every size (compaction every 100 batches: a cycle
 #: of a few minutes), which a reading every 5 minutes catches at a different phase each time.
@@ -993,7 +1006,9 @@ def trend(samples: list[dict[str, Any]], settle_minutes: float = 0.0) -> dict[st
 
     Sizes and RSS are judged by their peak in each interval (:func:`judged_value`). Memory is
     judged within each run of the job from ``settle_minutes`` after the run began (a restart
-    resets it and starts a warm-up of its own); a run too short for that adds nothing."""
+    resets it and starts a warm-up of its own), by slope in the runs long enough for one and by
+    the highest each run reached (:data:`PER_RUN`); the checkpoint within each run
+    (:data:`RESTART_TRANSIENT`); the JVM's RSS is reported only (:data:`REPORTED_ONLY`)."""
     judged = [s for s in samples if s["minute"] >= settle_minutes]
     if settle_minutes <= 0 and len(judged) >= 3:
         judged = judged[1:]  # the first interval holds the JVM's warm-up
@@ -1007,32 +1022,41 @@ def trend(samples: list[dict[str, Any]], settle_minutes: float = 0.0) -> dict[st
             if (value := judged_value(s, name)) is not None
             and not (name in OUTAGE_SENSITIVE and s.get("restart_in_interval"))
         ]
-        if name in PER_RUN:
+        highs: list[float] = []
+        if name in PER_RUN or name in RESTART_TRANSIENT:
             by_run: dict[int, list[tuple[float, float]]] = {}
             for s, value in usable:
                 run = s.get("run", 1)
                 if s.get("restart_in_interval"):
-                    continue  # a new run's first sample: its warm-up
-                if s["minute"] < run_starts.get(run, 0.0) + settle_minutes:
+                    continue  # a new run's first sample: its start
+                if name in PER_RUN and s["minute"] < run_starts.get(run, 0.0) + settle_minutes:
                     continue  # this run's own warm-up
                 by_run.setdefault(run, []).append((s["minute"], value))
-            runs = list(by_run.values())
+            highs = [max(y for _, y in run) for run in by_run.values()]
+            runs = [
+                run for run in by_run.values() if len(run) >= MIN_RUN_POINTS or name not in PER_RUN
+            ]
         else:
             runs = [[(s["minute"], value) for s, value in usable]]
         points = [p for run in runs for p in run]
         slope = _pooled_slope(runs)
-        if slope is None:
+        if slope is None and len(highs) < 2:
             figures[name] = {"slope_per_min": None, "unit": unit}
             continue
-        level = sum(y for _, y in points) / len(points)
-        per_hour = 60.0 * slope
-        creeping = per_hour > max(share * level, floor)
-        figures[name] = {
-            "slope_per_min": round(slope, 3),
+        level = sum(y for _, y in points) / len(points) if points else sum(highs) / len(highs)
+        limit = max(share * level, floor)
+        creeping = slope is not None and 60.0 * slope > limit
+        figure: dict[str, Any] = {
+            "slope_per_min": None if slope is None else round(slope, 3),
             "level": round(level, 1),
             "unit": unit,
-            "creeping": creeping,
         }
+        if name in PER_RUN and highs:
+            # The highest each run reached after its warm-up, run by run: no climb.
+            figure["run_highs"] = [round(h, 1) for h in highs]
+            creeping = creeping or max(highs) - highs[0] > limit
+        figure["creeping"] = creeping
+        figures[name] = figure
         if creeping:
             flagged.append(name)
     verdict = "CREEPING" if flagged else "steady"
@@ -1223,13 +1247,13 @@ def format_trend(result: dict[str, Any]) -> str:
     t = result["trend"]
     parts = []
     for name, f in t["figures"].items():
-        if f["slope_per_min"] is None:
-            continue
+        short = name.removesuffix("_mb").removesuffix("_ms")
         mark = " (!)" if f.get("creeping") else ""
-        parts.append(
-            f"{name.removesuffix('_mb').removesuffix('_ms')} {f['slope_per_min']:+.2f} "
-            f"{f['unit']}/min{mark}"
-        )
+        said = [] if f["slope_per_min"] is None else [f"{f['slope_per_min']:+.2f} {f['unit']}/min"]
+        if "run_highs" in f:
+            said.append("highest per run " + "/".join(f"{h:g}" for h in f["run_highs"]))
+        if said:
+            parts.append(f"{short} {', '.join(said)}{mark}")
     flagged = ", ".join(t["flagged"]) or "none"
     verdict = {
         "steady": "steady: every size, memory, batch time and latency flat",
