@@ -9,6 +9,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -47,10 +48,15 @@ def test_a_group_forms_and_commits_through_a_two_executor_cluster(tmp_path):
             env=env,
         )
     try:
-        # The first join goes in before the job is up: it waits in the inbox through the
-        # cluster's start-up (over 30 s, its session, on a loaded box) and is served at its
-        # arrival, but its pending member's session counts from the answer, so the rejoin
-        # finds it.
+        # Members meet the job once it has answered its first batch. A session counts from the
+        # batch's clock, which is when the batch was planned, and a cold start's first batch
+        # on this cluster can run longer than a session under load (35 s with a CPU hog): a
+        # member it answers would have lost its session before the answer was readable.
+        deadline = time.monotonic() + 240
+        while "coordinator ready" not in log.read_text(errors="replace"):
+            assert job.poll() is None, log.read_text(errors="replace")[-3000:]
+            assert time.monotonic() < deadline, "the job did not start in 240 s"
+            time.sleep(0.2)
         client = StreamClient(warehouse)
         first = client.request(join("j1", "cluster", session_ms=30_000), timeout_s=180)
         assert first["error"] == "MEMBER_ID_REQUIRED"
