@@ -15,8 +15,10 @@ keeps it between steps): a request's time is ``max(clock, min(arrival, now_ms))`
 
 The responses all leave at ``now_ms``, so the timers a step arms for its members (sessions, the
 time to rejoin or to sync) count from ``now_ms``, not from the arrival that armed them: a member
-can act on an answer only once it has it (:meth:`GroupContext.schedule`). Lag therefore delays
-the detection of a dead member by the lag, and never expires a live one.
+can act on an answer only once it has it (:meth:`GroupContext.schedule`). Time a request spent
+waiting to be read therefore delays the detection of a dead member and never expires a live
+one. The step's own run time is not seen here: ``now_ms`` is when the Spark job planned the
+batch, and its answers are readable when it is written.
 
 What is decided here and not per API: the checks Kafka makes before a group is touched (group id,
 session-timeout bounds) and which function serves which API or timer.
