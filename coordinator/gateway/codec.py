@@ -121,22 +121,33 @@ def decode_request(
             return DecodedRequest(api_key, api_version, correlation_id, None, None)
         raise FrameError(f"API key {api_key} version {api_version} is outside {low}-{high}")
     try:
-        schema = (
-            None
-            if legacy.serves(api_key, api_version)
-            else load_request_schema(api_key, api_version)
-        )
-        header_schema: Any = RequestHeaderV1 if schema is None else schema.__header_schema__
-        header, used = entity_reader(header_schema)(frame, 0)
-        if schema is None:
-            body, size = legacy.read(api_key, "Request", api_version, frame, used)
-        else:
-            body, size = entity_reader(schema)(frame, used)
+        header, body, end = _read_message(api_key, api_version, "Request", frame)
     except Exception as exc:
         raise FrameError(f"API key {api_key} v{api_version} does not decode: {exc!r}") from exc
-    if used + size != len(frame):
-        raise FrameError(f"{len(frame) - used - size} trailing bytes after the request")
+    if end != len(frame):
+        raise FrameError(f"{len(frame) - end} trailing bytes after the request")
     return DecodedRequest(api_key, api_version, correlation_id, header.client_id, body)
+
+
+def _schemas(api_key: int, api_version: int, kind: str) -> tuple[Any, Any]:
+    """(the kio schema of ``kind`` ("Request" or "Response"), None for a version
+    :mod:`legacy` serves; the schema of its header)."""
+    if legacy.serves(api_key, api_version):
+        return None, RequestHeaderV1 if kind == "Request" else ResponseHeaderV0
+    load = load_request_schema if kind == "Request" else load_response_schema
+    schema = load(api_key, api_version)
+    return schema, schema.__header_schema__
+
+
+def _read_message(api_key: int, api_version: int, kind: str, frame: bytes) -> tuple[Any, Any, int]:
+    """(header, body, where the body ends) of a frame without its size prefix."""
+    schema, header_schema = _schemas(api_key, api_version, kind)
+    header, used = entity_reader(header_schema)(frame, 0)
+    if schema is None:
+        body, size = legacy.read(api_key, kind, api_version, frame, used)
+    else:
+        body, size = entity_reader(schema)(frame, used)
+    return header, body, used + size
 
 
 def encode_response(
@@ -144,18 +155,13 @@ def encode_response(
 ) -> bytes:
     """The framed response (size prefix, header of the response's header version, body) of the
     plain data ``body`` (:func:`build`) at ``api_version``."""
+    schema, header_schema = _schemas(api_key, api_version, "Response")
     buffer = io.BytesIO()
     buffer.write(b"\0\0\0\0")
-    if legacy.serves(api_key, api_version):
-        entity_writer(ResponseHeaderV0)(
-            buffer, build(ResponseHeaderV0, {"correlation_id": correlation_id})
-        )
+    entity_writer(header_schema)(buffer, build(header_schema, {"correlation_id": correlation_id}))
+    if schema is None:
         buffer.write(legacy.write(api_key, "Response", api_version, body))
     else:
-        schema = load_response_schema(api_key, api_version)
-        header_schema = schema.__header_schema__
-        header = build(header_schema, {"correlation_id": correlation_id})
-        entity_writer(header_schema)(buffer, header)
         entity_writer(schema)(buffer, build(schema, body))
     data = bytearray(buffer.getvalue())
     struct.pack_into(">i", data, 0, len(data) - 4)
@@ -170,10 +176,7 @@ def encode_request(
     client_id: str | None = "test",
 ) -> bytes:
     """A framed request (for tests and tools: the gateway itself only decodes requests)."""
-    schema = (
-        None if legacy.serves(api_key, api_version) else load_request_schema(api_key, api_version)
-    )
-    header_schema: Any = RequestHeaderV1 if schema is None else schema.__header_schema__
+    schema, header_schema = _schemas(api_key, api_version, "Request")
     buffer = io.BytesIO()
     buffer.write(b"\0\0\0\0")
     header = build(
@@ -198,16 +201,8 @@ def encode_request(
 def decode_response(api_key: int, api_version: int, frame: bytes) -> tuple[int, Any]:
     """(correlation id, kio response entity; plain data for the versions kio lacks) of a
     response frame without its size prefix."""
-    schema = (
-        None if legacy.serves(api_key, api_version) else load_response_schema(api_key, api_version)
-    )
-    header_schema: Any = ResponseHeaderV0 if schema is None else schema.__header_schema__
-    header, used = entity_reader(header_schema)(frame, 0)
-    if schema is None:
-        body, size = legacy.read(api_key, "Response", api_version, frame, used)
-    else:
-        body, size = entity_reader(schema)(frame, used)
-    if used + size != len(frame):
+    header, body, end = _read_message(api_key, api_version, "Response", frame)
+    if end != len(frame):
         raise FrameError("trailing bytes after the response")
     return int(header.correlation_id), body
 
