@@ -14,6 +14,9 @@ from tests.test_stream_job import commit, form_group, heartbeat
 
 pytestmark = pytest.mark.slow
 
+#: Kafka's group.max.session.timeout.ms default (30 minutes).
+LONG_SESSION_MS = 1_800_000
+
 
 def free_port() -> int:
     with socket.socket() as sock:
@@ -48,7 +51,9 @@ def test_job_metrics_follow_a_group_and_survive_a_restart(spark, tmp_path):
         c.running.listener.when_ready(said.append)
         assert said[0].startswith("coordinator ready: query kafka-group-coordinator running")
 
-        generation, (leader, follower) = form_group(c, "g", 2)
+        # Sessions outlast the restart below, however slow a loaded box makes it: the group
+        # must come back Stable from the checkpoint, not expire while the job is down.
+        generation, (leader, follower) = form_group(c, "g", 2, session_ms=LONG_SESSION_MS)
         committed = c.request(commit("c1", "g", leader, generation, {0: 5, 1: 7, 2: 9}))
         assert {p["error"] for p in committed["partitions"]} == {None}
         for i in range(3):
