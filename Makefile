@@ -30,12 +30,16 @@ notebook: setup
 demo-replay: setup
 	$(BIN)/coordinator replay --config conf/coordinator.properties --format timeline examples/static-member-restart.jsonl examples/three-members.jsonl examples/member-crash.jsonl
 
-# pytest exits 5 when it collects no test: that is not a failure of the suite.
+# pytest exits 5 when it collects no test: that is not a failure of the suite. The suite runs on
+# two workers (PYTEST_WORKERS=0: one process), a test file each at a time, the longest files first
+# (tests/conftest.py).
+PYTEST_WORKERS ?= 2
+XDIST := -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder
 test: setup
-	$(BIN)/python -m pytest $(PYTEST_ARGS); rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 0; fi; exit $$rc
+	$(BIN)/python -m pytest $(XDIST) $(PYTEST_ARGS); rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 0; fi; exit $$rc
 
 test-fast: setup
-	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS); rc=$$?; if [ $$rc -eq 5 ]; then exit 0; fi; exit $$rc
+	$(BIN)/python -m pytest $(XDIST) -m "not slow" $(PYTEST_ARGS); rc=$$?; if [ $$rc -eq 5 ]; then exit 0; fi; exit $$rc
 
 lint: setup
 	$(BIN)/ruff check coordinator tests jobs

@@ -30,6 +30,32 @@ settings.register_profile("long", max_examples=5_000, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
 
+#: The test files that take longest (each a minute or more of Spark jobs and subprocesses on this
+#: 2-core box), longest first. ``make test`` runs the suite on two workers, a file at a time each
+#: (``-n 2 --dist loadfile --no-loadscope-reorder``), in collection order: these go first, so that
+#: the run does not end on one worker with a long file while the other idles.
+LONGEST_FIRST = (
+    "test_kill_recovery.py",
+    "test_service.py",
+    "test_ownership_processes.py",
+    "test_gateway_backends.py",
+    "test_bench_soak.py",
+    "test_metrics_job.py",
+    "test_stream_job.py",
+    "test_inbox_source_job.py",
+    "test_notebook.py",
+    "test_stream_cluster.py",
+    "test_stream_rebuild_job.py",
+    "test_stream_retention.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The longest files first (:data:`LONGEST_FIRST`); the rest keep their order."""
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+
+
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
     """The one SparkSession of the test run (local[2], the job's settings from conf/)."""
