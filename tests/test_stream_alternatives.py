@@ -428,7 +428,95 @@ def test_an_unknown_member_after_heartbeats_on_time_is_a_false_expiry(tmp_path: 
     assert [p["phase"] for p in figures["phases"]] == ["2x", "0.5x"]
 
 
+def test_capacity_steps_are_checked_and_the_capacity_is_the_last_sustained_rate():
+    options = bench.StreamBenchOptions(groups=10, members=10, capacity_rates=(100, 200, 400))
+    assert options.offered_per_s is None
+    with pytest.raises(ValueError, match="ascending"):
+        bench.StreamBenchOptions(capacity_rates=(200, 100))
+    with pytest.raises(ValueError, match="separate runs"):
+        bench.StreamBenchOptions(capacity_rates=(100,), overload_capacity=100)
+    # 1,000 members in turn at 10/s: each would heartbeat every 100 s, beyond its session.
+    with pytest.raises(ValueError, match="a third of its"):
+        bench.StreamBenchOptions(groups=100, members=10, capacity_rates=(10, 20))
+
+    m = bench._Measured()
+    steps = []
+    for i, (rate, latency_s, backlog_per_s) in enumerate(
+        [(100, 0.5, 0), (200, 2.0, 1), (400, 9.0, 80), (800, 0.1, 0)]
+    ):
+        start = 100.0 * i
+        steps.append((rate, start, start + 10))
+        for k in range(rate * 10):
+            sent = start + k / rate
+            m.sent.append(sent)
+            m.answered.append((sent, sent + latency_s))
+        m.outstanding.extend((start + t, t * backlog_per_s) for t in range(10))
+    # One request of the second step never answered: it is the slowest, not left out.
+    m.sent.append(105.0)
+    figures = bench._capacity_figures(m, steps)
+    sustained = [(s["rate_per_s"], s["steady"], s["sustained"]) for s in figures["steps"]]
+    assert sustained == [
+        (100, True, True),
+        (200, True, True),
+        (400, False, False),  # the backlog grew, and p99 9 s
+        (800, True, True),  # past a broken rate: not counted
+    ]
+    assert figures["steps"][1]["unanswered"] == 1
+    assert figures["capacity_per_s"] == 200
+    modes = {
+        "stateless": {"capacity": {"capacity_per_s": 400.0}},
+        "floor-shard": {"capacity": {"capacity_per_s": 400.0}},
+        "shard": {"capacity": {"capacity_per_s": 200.0}},
+        "group": {"capacity": {"capacity_per_s": 300.0}},
+    }
+    ratios = bench.capacity_ratios(modes)
+    assert ratios["shard"] == {"capacity_per_s": 200.0, "ratio": 0.5, "goal": 0.7, "met": False}
+    assert ratios["group"]["met"] is True
+    assert ratios["floor-shard"]["goal"] is None and "stateless" not in ratios
+
+
+def test_the_floors_answer_every_line_none_in_the_jobs_output_schema():
+    lines = pd.DataFrame(
+        {
+            "value": [json.dumps({"api": "heartbeat", "request_id": f"r{i}"}) for i in range(3)],
+            "group_id": ["a", "b", "a"],
+        }
+    )
+    (out,) = list(bench.stateless_function(iter([lines])))
+    assert list(out.columns) == list(op.OUTPUT_COLUMNS)
+    bodies = [json.loads(b) for b in out["body"]]
+    assert [(b["request_id"], b["group_id"], b["error_code"]) for b in bodies] == [
+        ("r0", "a", 0),
+        ("r1", "b", 0),
+        ("r2", "a", 0),
+    ]
+    assert set(out["kind"]) == {op.RESPONSE}
+
+
 # --- on Spark ---------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_the_capacity_bench_steps_the_two_floors_through_the_job_sink(spark: Any):
+    options = bench.StreamBenchOptions.quick(
+        modes=("stateless", "floor-shard"),
+        capacity_rates=(20.0,),
+        seconds=3.0,
+        warmup_seconds=2.0,
+        drain_seconds=30.0,
+        probes=0,
+    )
+    result = bench.stream_bench(options, spark=spark)
+    for mode in ("stateless", "floor-shard"):
+        figures = result["modes"][mode]
+        assert figures["backlog"]["unanswered_after_drain"] == 0, mode
+        assert figures["errors"] == {"NONE": figures["errors"]["NONE"]}, mode
+        steps = figures["capacity"]["steps"]
+        assert [s["rate_per_s"] for s in steps] == [20.0], mode
+        assert steps[0]["offered_per_s"] > 0, mode
+    assert result["capacity"]["floor-shard"]["goal"] is None
+    report = bench.format_report(result)
+    assert "capacity over the stateless floor's" in report and "floor-shard" in report
 
 
 @pytest.fixture

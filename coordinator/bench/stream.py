@@ -84,10 +84,16 @@ from coordinator.stream.settings import (
 GROUP = operator.GROUP_KEY
 SHARD = operator.SHARD_KEY
 FLOOR = "floor"
+#: The floor keyed like ``shard`` mode (at most ``offsets.topic.num.partitions`` keys).
+FLOOR_SHARD = "floor-shard"
+#: The same source and sink with no state at all: every line answered by a ``mapInPandas``.
+STATELESS = "stateless"
+#: The modes that decide nothing (no group is formed in them; every line is answered NONE).
+FLOORS = (FLOOR, FLOOR_SHARD, STATELESS)
 TWS = tws.TWS
 #: ``shard`` with each request served at its batch's time (its file's arrival stamp ignored).
 BATCHTIME = "batchtime"
-MODES = (FLOOR, GROUP, SHARD, TWS, BATCHTIME)
+MODES = (FLOOR, FLOOR_SHARD, STATELESS, GROUP, SHARD, TWS, BATCHTIME)
 #: What ``--modes`` runs unless told otherwise (``tws`` is asked for by name).
 DEFAULT_MODES = (FLOOR, GROUP, SHARD)
 
@@ -103,6 +109,11 @@ COORDINATOR_SETTINGS = {"group.initial.rebalance.delay.ms": "0"}
 #: A backlog "grows" when outstanding requests rise faster than this share of the offered rate
 #: per second (at 5 %, a minute's run ends three seconds of load behind).
 GROWTH_SHARE = 0.05
+#: ``--capacity``: a rate is sustained when the backlog is steady at it and the p99 latency of
+#: the requests offered at it is at most this (ms).
+CAPACITY_P99_MS = 3000.0
+#: The job's capacity goal, as a share of the stateless floor's capacity in the same run.
+CAPACITY_GOAL_SHARE = 0.7
 
 
 @dataclass(frozen=True)
@@ -141,6 +152,9 @@ class StreamBenchOptions:
     #: ``seconds``, then half of it for ``recover_seconds`` (None: the fixed interval above).
     overload_capacity: float | None = None
     recover_seconds: float = 60.0
+    #: ``--capacity``: offered rates (requests/s, ascending), each for ``seconds``, members in
+    #: turn; a mode stops at the first rate it does not sustain (empty: no capacity steps).
+    capacity_rates: tuple[float, ...] = ()
     #: None: a temporary directory, removed afterwards; else a new ``bench-<time>`` under it.
     warehouse: str | None = None
     seed: int = 7
@@ -157,16 +171,28 @@ class StreamBenchOptions:
             raise ValueError(f"--state-store is one of {', '.join(STATE_STORES)}")
         if self.arrow_batch is not None and self.arrow_batch < 1:
             raise ValueError("--arrow-batch must be >= 1")
+        if self.capacity_rates:
+            if self.overload_capacity is not None:
+                raise ValueError("--capacity and --overload are separate runs")
+            rates = self.capacity_rates
+            if min(rates) <= 0 or list(rates) != sorted(set(rates)):
+                raise ValueError("--capacity takes rates > 0 in ascending order")
+            self._check_heartbeat_interval(rates[0], "at the first --capacity rate")
         if self.overload_capacity is not None:
             if self.overload_capacity <= 0 or self.recover_seconds < 0:
                 raise ValueError("--overload must be > 0 and --recover-seconds >= 0")
-            slowest_ms = 1000.0 * self.groups * self.members / (self.overload_capacity / 2)
-            if slowest_ms > self.session_timeout_ms / 3:
-                raise ValueError(
-                    f"at half of --overload each member would heartbeat every {slowest_ms:,.0f}"
-                    f" ms, more than a third of its {self.session_timeout_ms} ms session: fewer"
-                    f" members, or a higher capacity"
-                )
+            self._check_heartbeat_interval(self.overload_capacity / 2, "at half of --overload")
+
+    def _check_heartbeat_interval(self, rate: float, where: str) -> None:
+        """Members in turn at ``rate``: each must heartbeat within a third of its session, so
+        that an UNKNOWN_MEMBER_ID answer is a false expiry."""
+        slowest_ms = 1000.0 * self.groups * self.members / rate
+        if slowest_ms > self.session_timeout_ms / 3:
+            raise ValueError(
+                f"{where} each member would heartbeat every {slowest_ms:,.0f} ms, more than a"
+                f" third of its {self.session_timeout_ms} ms session: fewer members, or a"
+                f" higher rate"
+            )
 
     @classmethod
     def quick(cls, **changes: Any) -> StreamBenchOptions:
@@ -186,7 +212,7 @@ class StreamBenchOptions:
         """The steady offered rate (None: closed loop; with ``--overload``, the overload's)."""
         if self.overload_capacity is not None:
             return 2 * self.overload_capacity
-        if self.heartbeat_ms == 0:
+        if self.heartbeat_ms == 0 or self.capacity_rates:
             return None
         return self.groups * self.members * 1000.0 / self.heartbeat_ms
 
@@ -205,18 +231,13 @@ class StreamBenchOptions:
 FLOOR_TIMEOUT_MS = 600_000
 
 
-def floor_function(key: tuple[Any, ...], frames: Iterator[Any], state: Any) -> Iterator[Any]:
-    """The floor's ``applyInPandasWithState`` function: every line answered NONE, in the job's
-    output schema; the state is a placeholder holding a timer, so that Spark runs the floor with
-    the job's timeout mode (and so its no-data batches)."""
-    if state.hasTimedOut:
-        state.remove()
-        return
-    now = state.getCurrentProcessingTimeMs()
-    group_id = key[0]
+def _answer_none(frames: Iterator[Any], now: int) -> list[tuple[Any, ...]]:
+    """Every inbox line of ``frames`` answered NONE, as the job's output rows at ``now``."""
     rows: list[tuple[Any, ...]] = []
     for frame in frames:
-        for value in frame["value"].tolist():
+        for value, group_id in zip(
+            frame["value"].tolist(), frame["group_id"].tolist(), strict=True
+        ):
             raw = json.loads(value)
             body = {
                 "api": raw.get("api"),
@@ -228,6 +249,17 @@ def floor_function(key: tuple[Any, ...], frames: Iterator[Any], state: Any) -> I
             rows.append(
                 (operator.RESPONSE, group_id, len(rows), 0, None, None, now, json.dumps(body))
             )
+    return rows
+
+
+def floor_function(key: tuple[Any, ...], frames: Iterator[Any], state: Any) -> Iterator[Any]:
+    """The floors' ``applyInPandasWithState`` function (keyed by group id or by shard): every
+    line answered NONE, in the job's output schema; the state is a placeholder holding a timer,
+    so that Spark runs the floor with the job's timeout mode (and so its no-data batches)."""
+    if state.hasTimedOut:
+        state.remove()
+        return
+    rows = _answer_none(frames, state.getCurrentProcessingTimeMs())
     state.update((b"",))
     state.setTimeoutDuration(FLOOR_TIMEOUT_MS)
     if rows:
@@ -237,29 +269,53 @@ def floor_function(key: tuple[Any, ...], frames: Iterator[Any], state: Any) -> I
 
 
 def floor_stream(spark: Any, settings: Settings, opsettings: operator.OperatorSettings) -> Any:
-    """The floor's stream: ``job.inbox_stream`` -> the floor function keyed by group id, with
-    the job's timeout mode and output schema."""
+    """The floor's stream: ``job.inbox_stream`` -> the floor function keyed by group id (or, for
+    ``floor-shard``, by shard as ``job.state.key=shard`` keys the job), with the job's timeout
+    mode and output schema."""
+    from pyspark.sql import functions as F
     from pyspark.sql.streaming.state import GroupStateTimeout
 
-    return (
-        job.inbox_stream(spark, settings)
-        .groupBy("group_id")
-        .applyInPandasWithState(
-            floor_function,
-            operator.OUTPUT_DDL,
-            operator.STATE_DDL,
-            "Update",
-            GroupStateTimeout.ProcessingTimeTimeout,
-        )
+    lines = job.inbox_stream(spark, settings)
+    if settings.job.state_key == SHARD:
+        partitions = settings.coordinator.offsets_topic_num_partitions
+        expr = job.kafka_partition_expr("group_id", partitions)
+        grouped = lines.withColumn("shard", F.expr(expr)).groupBy("shard")
+    else:
+        grouped = lines.groupBy("group_id")
+    return grouped.applyInPandasWithState(
+        floor_function,
+        operator.OUTPUT_DDL,
+        operator.STATE_DDL,
+        "Update",
+        GroupStateTimeout.ProcessingTimeTimeout,
     )
 
 
+def stateless_function(frames: Iterator[Any]) -> Iterator[Any]:
+    """The stateless floor's ``mapInPandas`` function: every line answered NONE."""
+    import pandas as pd
+
+    rows = _answer_none(frames, int(time.time() * 1000))
+    yield pd.DataFrame.from_records(rows, columns=operator.OUTPUT_COLUMNS)
+
+
+def stateless_stream(spark: Any, settings: Settings, opsettings: operator.OperatorSettings) -> Any:
+    """The stateless floor's stream: ``job.inbox_stream`` -> :func:`stateless_function`, no
+    shuffle and no state store: what the source and the sink cost alone."""
+    return job.inbox_stream(spark, settings).mapInPandas(stateless_function, operator.OUTPUT_DDL)
+
+
 def start_floor(
-    spark: Any, settings: Settings, after_write: Callable[[job.BatchFigures], None] | None = None
+    spark: Any,
+    settings: Settings,
+    after_write: Callable[[job.BatchFigures], None] | None = None,
+    mode: str = FLOOR,
 ) -> job.RunningJob:
-    """The floor query: the job's own sink, trigger and listener around a trivial function."""
+    """A floor query (``floor``, ``floor-shard`` or ``stateless``): the job's own sink, trigger
+    and listener around a trivial function."""
+    stream = stateless_stream if mode == STATELESS else floor_stream
     return job.start(
-        spark, settings, after_write, stream=floor_stream, query_name=f"{job.QUERY_NAME}-floor"
+        spark, settings, after_write, stream=stream, query_name=f"{job.QUERY_NAME}-{mode}"
     )
 
 
@@ -632,7 +688,9 @@ class Load:
         self._sequence = [0] * len(self.members)
         # Closed loop: members whose last heartbeat is answered.
         self._free = set(range(len(self.members)))
-        # Overload: members in turn at the offered rate, from when the window starts.
+        # Overload and capacity steps: members in turn at the offered rate (``rate`` when set,
+        # else the overload's schedule from when the window starts).
+        self.rate: float | None = None
         self.window_start: float | None = None
         self._owed = 0.0
         self._next_member = 0
@@ -680,11 +738,15 @@ class Load:
     def _due(self, now: float) -> list[int]:
         if not self.sending:
             return []
-        if self.options.overload_capacity is not None:
+        if self.options.overload_capacity is not None or self.options.capacity_rates:
             since = None if self.window_start is None else now - self.window_start
             elapsed = 0.0 if self._last_due is None else now - self._last_due
             self._last_due = now
-            self._owed += self.options.offered_at(since) * elapsed
+            if self.options.capacity_rates:
+                rate = self.rate if self.rate is not None else self.options.capacity_rates[0]
+            else:
+                rate = self.options.offered_at(since)
+            self._owed += rate * elapsed
             count = int(self._owed)
             self._owed -= count
             total = len(self.members)
@@ -802,6 +864,11 @@ class Load:
         with self._lock:
             return len(self.m.landed)
 
+    def outstanding_series(self, start: float, end: float) -> list[tuple[float, int]]:
+        """(time, outstanding requests) sampled once a second within [start, end)."""
+        with self._lock:
+            return [(t, n) for t, n in self.m.outstanding if start <= t < end]
+
 
 # --- one mode ---------------------------------------------------------------------------------
 
@@ -816,7 +883,7 @@ def mode_settings(mode: str, root: Path, options: StreamBenchOptions) -> Setting
     return load_settings(
         [str(conf)],
         warehouse=str(root / mode),
-        state_key=SHARD if mode in (SHARD, BATCHTIME) else GROUP,
+        state_key=SHARD if mode in (SHARD, BATCHTIME, FLOOR_SHARD) else GROUP,
         state_store=mode_state_store(mode, options),
         trigger_interval_ms=options.trigger_interval_ms,
         shards=options.shards,
@@ -827,14 +894,14 @@ def mode_state_store(mode: str, options: StreamBenchOptions) -> str | None:
     """``job.state.store`` for a mode (None: the job's setting)."""
     if mode == TWS:
         return ROCKSDB_STORE
-    if mode == FLOOR:
+    if mode in FLOORS:
         return HDFS_STORE
     return options.state_store
 
 
 def mode_arrow_batch(mode: str, options: StreamBenchOptions) -> int | None:
     """Rows per Arrow batch for a mode (None: Spark's default)."""
-    return None if mode == FLOOR else options.arrow_batch
+    return None if mode in FLOORS else options.arrow_batch
 
 
 def run_mode(
@@ -862,8 +929,8 @@ def run_mode(
     groups = group_ids(options.groups)
     started = time.time()
     say(f"[{mode}] starting the query ({paths.root})")
-    if mode == FLOOR:
-        running = start_floor(spark, settings, after_write)
+    if mode in FLOORS:
+        running = start_floor(spark, settings, after_write, mode)
     elif mode == TWS:
         running = job.start(
             spark, settings, after_write, stream=tws.tws_stream, query_name=f"{job.QUERY_NAME}-tws"
@@ -879,7 +946,7 @@ def run_mode(
     else:
         running = job.start(spark, settings, after_write)
     try:
-        if mode == FLOOR:
+        if mode in FLOORS:
             members = [
                 Member(g, f"floor-{g}-{k}", 1) for g in groups for k in range(options.members)
             ]
@@ -914,7 +981,9 @@ def run_mode(
             if probes is not None:
                 probes.start(probe_session_ms(options, load))
             load.window_start = t0
-            if options.overload_capacity is None:
+            if options.capacity_rates:
+                steps = run_capacity_steps(load, options, lambda m: say(f"[{mode}] {m}"))
+            elif options.overload_capacity is None:
                 say(f"[{mode}] measuring {options.seconds:g} s")
                 load.sleep(options.seconds)
             else:
@@ -944,7 +1013,30 @@ def run_mode(
         mode, settings, options, load, probes, progress, writes, t0, t1, drained, formed_s
     )
     figures["arrow_batch"] = arrow_batch
+    if options.capacity_rates:
+        figures["capacity"] = _capacity_figures(load.m, steps)
     return figures
+
+
+def run_capacity_steps(
+    load: Load, options: StreamBenchOptions, say: Callable[[str], None]
+) -> list[tuple[float, float, float]]:
+    """Offer each of ``options.capacity_rates`` in turn for ``options.seconds`` (members in
+    turn, open loop), and stop after the first rate at which the backlog grows: (rate, start,
+    end) of every rate offered."""
+    steps: list[tuple[float, float, float]] = []
+    for rate in options.capacity_rates:
+        load.rate = rate
+        start = time.time()
+        say(f"offering {rate:,.0f} requests/s for {options.seconds:g} s")
+        load.sleep(options.seconds)
+        end = time.time()
+        steps.append((rate, start, end))
+        slope = _slope([(t - start, float(n)) for t, n in load.outstanding_series(start, end)])
+        if slope is not None and slope > GROWTH_SHARE * rate:
+            say(f"the backlog grows at {rate:,.0f}/s ({slope:,.0f} requests/s): no higher rate")
+            break
+    return steps
 
 
 def probe_session_ms(options: StreamBenchOptions, load: Load) -> int:
@@ -1132,6 +1224,52 @@ def _overload_figures(
     }
 
 
+def _capacity_figures(m: _Measured, steps: list[tuple[float, float, float]]) -> dict[str, Any]:
+    """Per offered rate: the rates sent and answered, the latency of the requests sent at it,
+    the backlog's slope; the capacity is the highest rate of the unbroken run of sustained
+    rates from the first (steady backlog, p99 <= :data:`CAPACITY_P99_MS`)."""
+    rows = []
+    capacity: float | None = None
+    broken = False
+    for rate, start, end in steps:
+        span = max(end - start, 1e-9)
+        latencies = [1000.0 * (r - s) for s, r in m.answered if start <= s < end]
+        # Requests sent at this rate and never answered count as slower than any answered.
+        unanswered = sum(1 for s in m.sent if start <= s < end) - len(latencies)
+        latencies += [math.inf] * max(unanswered, 0)
+        slope = _slope([(t - start, float(n)) for t, n in m.outstanding if start <= t < end])
+        p99 = _nearest_rank(latencies, 99)
+        steady = slope is not None and slope <= GROWTH_SHARE * rate
+        sustained = steady and p99 is not None and p99 <= CAPACITY_P99_MS
+        if sustained and not broken:
+            capacity = rate
+        broken = broken or not sustained
+        rows.append(
+            {
+                "rate_per_s": rate,
+                "offered_per_s": round(sum(1 for s in m.sent if start <= s < end) / span, 1),
+                "answered_per_s": round(
+                    sum(1 for _, r in m.answered if start <= r < end) / span, 1
+                ),
+                "latency_ms": _spread([x for x in latencies if x != math.inf], 50, 99)
+                | {"p99_all": None if p99 is None or p99 == math.inf else round(p99, 1)},
+                "unanswered": max(unanswered, 0),
+                "backlog_slope_per_s": _round(slope),
+                "steady": steady,
+                "sustained": sustained,
+            }
+        )
+    return {"steps": rows, "capacity_per_s": capacity, "p99_goal_ms": CAPACITY_P99_MS}
+
+
+def _nearest_rank(values: Sequence[float], q: float) -> float | None:
+    """The q-th percentile by nearest rank (defined for infinite values too); None for none."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(q / 100.0 * len(ordered)) - 1)]
+
+
 def _round(value: float | None, digits: int = 1) -> float | None:
     return None if value is None else round(value, digits)
 
@@ -1177,7 +1315,24 @@ def stream_bench(
         "warehouse": str(root) if keep else None,
         "modes": modes,
         "ratios": ratios(modes),
+        "capacity": capacity_ratios(modes),
     }
+
+
+def capacity_ratios(modes: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """With ``--capacity``: each mode's capacity over the stateless floor's, with the goal
+    (at least :data:`CAPACITY_GOAL_SHARE` for the job's modes)."""
+    base = (modes.get(STATELESS) or {}).get("capacity", {}).get("capacity_per_s")
+    out: dict[str, dict[str, Any]] = {}
+    for mode, figures in modes.items():
+        capacity = (figures.get("capacity") or {}).get("capacity_per_s")
+        if mode == STATELESS or "capacity" not in figures:
+            continue
+        ratio = None if capacity is None or not base else round(capacity / base, 3)
+        goal = None if mode in FLOORS else CAPACITY_GOAL_SHARE
+        met = None if ratio is None or goal is None else ratio >= goal
+        out[mode] = {"capacity_per_s": capacity, "ratio": ratio, "goal": goal, "met": met}
+    return out
 
 
 def ratios(modes: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -1187,7 +1342,7 @@ def ratios(modes: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
         return {}
     out: dict[str, dict[str, Any]] = {}
     for mode, figures in modes.items():
-        if mode == FLOOR:
+        if mode in FLOORS:
             continue
         pairs = {
             "latency_p50": (figures["latency_ms"]["p50"], floor["latency_ms"]["p50"]),
@@ -1210,7 +1365,13 @@ def _cell(value: Any, width: int) -> str:
 
 def format_report(result: dict[str, Any]) -> str:
     o = result["options"]
-    if o["overload_capacity"] is not None:
+    if o["capacity_rates"]:
+        rates = ", ".join(f"{r:,.0f}" for r in o["capacity_rates"])
+        load = (
+            f"capacity steps: members in turn at {rates} requests/s, {o['seconds']:g} s each, "
+            f"until a backlog grows"
+        )
+    elif o["overload_capacity"] is not None:
         capacity = o["overload_capacity"]
         load = (
             f"overload: members in turn at {capacity / 2:,.0f} requests/s (warm-up), "
@@ -1297,6 +1458,32 @@ def format_report(result: dict[str, Any]) -> str:
                 f"{overload['false_expiries']:,} ({overload['members_falsely_expired']:,} "
                 f"members; goal 0) {verdict}"
             )
+        capacity = f.get("capacity")
+        if capacity is not None:
+            for step in capacity["steps"]:
+                latency = step["latency_ms"]
+                p99 = latency["p99_all"]
+                lines.append(
+                    f"    {step['rate_per_s']:>9,.0f}/s offered: sent {step['offered_per_s']:,.0f}/s,"
+                    f" answered {step['answered_per_s']:,.0f}/s, latency p50 "
+                    f"{_cell(latency['p50'], 1).strip()} ms, p99 "
+                    f"{'unanswered' if p99 is None and step['unanswered'] else _cell(p99, 1).strip()}"
+                    f" ms, backlog {_cell(step['backlog_slope_per_s'], 1).strip()}/s: "
+                    f"{'sustained' if step['sustained'] else 'NOT sustained'}"
+                )
+            best = capacity["capacity_per_s"]
+            lines.append(
+                f"    capacity: {'-' if best is None else f'{best:,.0f}'} requests/s (the highest"
+                f" rate with a steady backlog and p99 <= {capacity['p99_goal_ms']:,.0f} ms)"
+            )
+    if result.get("capacity"):
+        lines += ["", "capacity over the stateless floor's (the job's goal beside it)"]
+        for mode, c in result["capacity"].items():
+            ratio = "-" if c["ratio"] is None else f"{c['ratio']:.2f}x"
+            goal = "" if c["goal"] is None else f" (goal >= {c['goal']}x)"
+            verdict = "" if c["met"] is None else (" ok" if c["met"] else " MISSED")
+            best = "-" if c["capacity_per_s"] is None else f"{c['capacity_per_s']:,.0f}/s"
+            lines.append(f"  {mode:<11} {best} = {ratio}{goal}{verdict}")
     if result["ratios"]:
         lines += ["", "ratios to the floor (goal beside each)"]
         for mode, figures in result["ratios"].items():

@@ -44,9 +44,12 @@ def add_parser(subparsers: Any) -> None:
     stream.add_argument(
         "--modes",
         default="floor,group,shard",
-        help="any of floor, group, shard, tws, batchtime (in run order; tws: the experimental "
-        "transformWithStateInPandas operator, on RocksDB; batchtime: shard with every request "
-        "served at its batch's time, as before requests carried their arrival)",
+        help="any of floor, floor-shard, stateless, group, shard, tws, batchtime (in run order;"
+        " floor, floor-shard: the same source, keys and sink around a state function that "
+        "answers NONE, keyed by group id or by shard; stateless: the source and sink with no "
+        "state at all; tws: the experimental transformWithStateInPandas operator, on RocksDB; "
+        "batchtime: shard with every request served at its batch's time, as before requests "
+        "carried their arrival)",
     )
     stream.add_argument(
         "--trigger-interval", type=int, metavar="MS", help="job.trigger.interval.ms"
@@ -76,6 +79,14 @@ def add_parser(subparsers: Any) -> None:
     )
     stream.add_argument(
         "--recover-seconds", type=float, help="with --overload: seconds at half capacity (60)"
+    )
+    stream.add_argument(
+        "--capacity",
+        metavar="RATE,RATE,...",
+        help="measure each mode's capacity: offer these requests/s (ascending) in turn, "
+        "--seconds each, members in turn, until the backlog grows; the capacity is the highest "
+        "rate with a steady backlog and p99 <= 3 s (e.g. --modes stateless,floor-shard,shard "
+        "--capacity 10000,20000,30000,40000,50000)",
     )
     stream.add_argument(
         "--warehouse", metavar="DIR", help="keep each mode's warehouse under DIR (default: temp)"
@@ -304,6 +315,9 @@ def run_stream(args: argparse.Namespace) -> int:
         "warehouse": args.warehouse,
         "overload_capacity": args.overload,
         "recover_seconds": args.recover_seconds,
+        "capacity_rates": tuple(float(r) for r in args.capacity.split(",") if r.strip())
+        if args.capacity
+        else None,
     }
     if args.quick:
         options = StreamBenchOptions.quick(**chosen)
