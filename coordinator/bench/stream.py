@@ -9,6 +9,8 @@ module starts the query on one
 shared SparkSession with a fresh warehouse and checkpoint, forms G groups of M members with raw
 requests, then drives the load:
 
+- the load runs in a process of its own (:class:`LoadProcess`), not the job's driver, so that
+  the query it measures does not slow it (it still shares the machine's cores);
 - a driver thread drops one inbox file per tick holding the heartbeats that are due (each member
   every H ms, phases spread at random over the interval; with H = 0 each member sends its next
   heartbeat as soon as the previous one is answered, which measures capacity) and records when
@@ -721,10 +723,11 @@ class Load:
             self._stop.set()
 
     def check(self) -> None:
-        """Raise if a thread failed or the query died."""
+        """Raise if a thread failed or the query died (None: a :class:`LoadProcess` watches
+        it)."""
         if self._failure is not None:
             raise RuntimeError(f"the load failed: {self._failure!r}") from self._failure
-        if not self.query.isActive:
+        if self.query is not None and not self.query.isActive:
             raise RuntimeError(f"the query stopped: {self.query.exception()}")
 
     def sleep(self, seconds: float, until: Callable[[], bool] | None = None) -> None:
@@ -870,6 +873,149 @@ class Load:
             return [(t, n) for t, n in self.m.outstanding if start <= t < end]
 
 
+@dataclass(frozen=True)
+class ProbeFigures:
+    """What the figures read of :class:`Probes` once the load has stopped."""
+
+    samples: list[dict[str, float]]
+    session_ms: int
+    failures: dict[str, int]
+
+
+def _serve_load(
+    conn: Any,
+    paths: Warehouse,
+    members: list[Member],
+    options: StreamBenchOptions,
+    probe_count: int | None,
+    at_batch_time: bool,
+) -> None:
+    """A :class:`LoadProcess`'s child: a :class:`Load` (and its probes) serving the parent's
+    calls, ``(name, args)`` -> ``("ok", value)`` or ``("error", text)``, until ``result``."""
+    probes = None if probe_count is None else Probes(probe_count, at_batch_time)
+    load = Load(paths, members, options, None, probes)
+    while True:
+        name, args = conn.recv()
+        try:
+            if name == "set":
+                setattr(load, args[0], args[1])
+                value: Any = None
+            elif name == "probes":
+                assert probes is not None
+                value = getattr(probes, args[0])(*args[1:])
+            elif name == "result":
+                value = (
+                    load.m,
+                    None
+                    if probes is None
+                    else ProbeFigures(probes.samples, probes.session_ms, dict(probes.failures)),
+                )
+            else:
+                value = getattr(load, name)(*args)
+            conn.send(("ok", value))
+        except Exception as exc:
+            conn.send(("error", repr(exc)))
+        if name == "result":
+            return
+
+
+class LoadProcess:
+    """The load of :class:`Load` (driver and reader threads, probes) in a process of its own,
+    so that it does not share the job's driver process (its interpreter lock and its CPU time)
+    with the query it measures: the load is open loop, and a load generator slowed by the
+    system under test would offer less than it claims. Times are wall clock, shared by both
+    processes. After :meth:`stop`, ``m`` and ``probes`` hold what the child measured."""
+
+    def __init__(
+        self,
+        paths: Warehouse,
+        members: Sequence[Member],
+        options: StreamBenchOptions,
+        query: Any,
+        probes: Probes | None,
+    ) -> None:
+        import multiprocessing
+
+        context = multiprocessing.get_context("spawn")  # no fork of a process running a JVM
+        self._conn, child = context.Pipe()
+        probe_count = None if probes is None else len(probes.probes)
+        at_batch_time = probes is not None and probes.at_batch_time
+        self._process = context.Process(
+            target=_serve_load,
+            args=(child, paths, list(members), options, probe_count, at_batch_time),
+            daemon=True,
+            name="bench-load",
+        )
+        self.query = query
+        self.m = _Measured()
+        self.probes: ProbeFigures | None = None
+        self._lock = threading.Lock()
+        self._stopped = False
+        self._failure: RuntimeError | None = None
+
+    def _call(self, name: str, *args: Any) -> Any:
+        with self._lock:
+            if not self._process.is_alive():
+                raise RuntimeError(f"the load process ended (exit {self._process.exitcode})")
+            self._conn.send((name, args))
+            status, value = self._conn.recv()
+        if status != "ok":
+            raise RuntimeError(f"the load failed: {value}")
+        return value
+
+    def start(self) -> None:
+        self._process.start()
+        self._call("start")
+
+    def stop(self) -> None:
+        """Stop the load's threads and fetch what it measured (a failure of its threads is
+        raised by the next :meth:`check`)."""
+        if self._stopped or not self._process.is_alive():
+            return
+        try:
+            self._call("check")
+        except RuntimeError as exc:
+            self._failure = exc
+        self._call("stop")
+        self.m, self.probes = self._call("result")
+        self._stopped = True
+        self._process.join(timeout=30)
+
+    def check(self) -> None:
+        """Raise if the load failed or the query died."""
+        if self._failure is not None:
+            raise self._failure
+        if self._stopped:
+            return
+        self._call("check")
+        if not self.query.isActive:
+            raise RuntimeError(f"the query stopped: {self.query.exception()}")
+
+    def sleep(self, seconds: float, until: Callable[[], bool] | None = None) -> None:
+        end = time.time() + seconds
+        while time.time() < end:
+            self.check()
+            if until is not None and until():
+                return
+            time.sleep(0.1)
+
+    def set(self, name: str, value: Any) -> None:
+        """Set the child's ``Load.<name>`` (``rate``, ``window_start``, ``sending``)."""
+        self._call("set", name, value)
+
+    def probe(self, method: str, *args: Any) -> Any:
+        return self._call("probes", method, *args)
+
+    def outstanding(self) -> int:
+        return int(self._call("outstanding")) if not self._stopped else len(self.m.landed)
+
+    def outstanding_series(self, start: float, end: float) -> list[tuple[float, int]]:
+        return list(self._call("outstanding_series", start, end))
+
+    def round_trips(self) -> list[float]:
+        return list(self._call("round_trips"))
+
+
 # --- one mode ---------------------------------------------------------------------------------
 
 
@@ -972,15 +1118,15 @@ def run_mode(
             )
             formed_s = time.time() - formed
             probes = Probes(min(options.probes, options.groups), at_batch_time=mode == BATCHTIME)
-        load = Load(paths, members, options, running.query, probes)
+        load = LoadProcess(paths, members, options, running.query, probes)
         load.start()
         try:
             say(f"[{mode}] warm-up {warmup_s:g} s")
             load.sleep(warmup_s)
             t0 = time.time()
             if probes is not None:
-                probes.start(probe_session_ms(options, load))
-            load.window_start = t0
+                load.probe("start", probe_session_ms(options, load))
+            load.set("window_start", t0)
             if options.capacity_rates:
                 steps = run_capacity_steps(load, options, lambda m: say(f"[{mode}] {m}"))
             elif options.overload_capacity is None:
@@ -994,12 +1140,14 @@ def run_mode(
                 )
                 load.sleep(options.seconds + options.recover_seconds)
             t1 = time.time()
-            load.sending = False
+            load.set("sending", False)
             if probes is not None:
-                probes.finish()
+                load.probe("finish")
             load.sleep(
                 options.drain_seconds,
-                until=lambda: load.outstanding() == 0 and (probes is None or not probes.busy()),
+                until=lambda: (
+                    load.outstanding() == 0 and (probes is None or not load.probe("busy"))
+                ),
             )
             drained = time.time()
         finally:
@@ -1010,7 +1158,7 @@ def run_mode(
         running.stop()
     say(f"[{mode}] done in {time.time() - started:.0f} s")
     figures = _mode_figures(
-        mode, settings, options, load, probes, progress, writes, t0, t1, drained, formed_s
+        mode, settings, options, load, load.probes, progress, writes, t0, t1, drained, formed_s
     )
     figures["arrow_batch"] = arrow_batch
     if options.capacity_rates:
@@ -1019,14 +1167,14 @@ def run_mode(
 
 
 def run_capacity_steps(
-    load: Load, options: StreamBenchOptions, say: Callable[[str], None]
+    load: LoadProcess, options: StreamBenchOptions, say: Callable[[str], None]
 ) -> list[tuple[float, float, float]]:
     """Offer each of ``options.capacity_rates`` in turn for ``options.seconds`` (members in
     turn, open loop), and stop after the first rate at which the backlog grows: (rate, start,
     end) of every rate offered."""
     steps: list[tuple[float, float, float]] = []
     for rate in options.capacity_rates:
-        load.rate = rate
+        load.set("rate", rate)
         start = time.time()
         say(f"offering {rate:,.0f} requests/s for {options.seconds:g} s")
         load.sleep(options.seconds)
@@ -1039,7 +1187,7 @@ def run_capacity_steps(
     return steps
 
 
-def probe_session_ms(options: StreamBenchOptions, load: Load) -> int:
+def probe_session_ms(options: StreamBenchOptions, load: Load | LoadProcess) -> int:
     """The option, or 4x the median round trip so far in whole seconds if that is longer."""
     median = percentile(load.round_trips(), 50) or 0.0
     return max(options.probe_session_timeout_ms, 1000 * math.ceil(4 * median))
@@ -1089,8 +1237,8 @@ def _mode_figures(
     mode: str,
     settings: Settings,
     options: StreamBenchOptions,
-    load: Load,
-    probes: Probes | None,
+    load: Load | LoadProcess,
+    probes: Probes | ProbeFigures | None,
     progress: list[dict[str, Any]],
     writes: list[tuple[float, job.BatchFigures]],
     t0: float,
