@@ -620,3 +620,18 @@ def test_the_tws_operator_forms_a_group_and_expires_a_silent_member(spark: Any, 
         )
     finally:
         c.stop()
+
+
+def test_the_operator_profile_runs_the_shard_function_over_stable_groups():
+    from coordinator.bench import operator as operator_bench
+
+    options = operator_bench.OperatorBenchOptions(groups=4, members=3, batches=2)
+    result = operator_bench.operator_bench(options)
+    # Every member heartbeats within its session: one answer each, nothing else written.
+    assert result["requests"] == result["output_rows"] == 4 * 3 * 2
+    stages = result["stages_us_per_request"]
+    assert set(stages) == set(operator_bench.STAGES)
+    assert stages["engine step (requests -> answers, records)"] > 0
+    assert stages["parse a line (JSON, checks)"] > 0
+    assert result["us_per_request_cpu"] > 0 and result["top_own_time"]
+    assert "us CPU per request" in operator_bench.format_report(result)

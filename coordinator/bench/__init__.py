@@ -8,6 +8,8 @@ Each module measures one part against a floor or a peer in the same run and prin
 - :mod:`~coordinator.bench.stream`: the Spark job's latency and throughput against floors
   (``bench stream``), with :mod:`~coordinator.bench.tws`, the ``transformWithStateInPandas``
   alternative it measures;
+- :mod:`~coordinator.bench.operator`: where a request's CPU goes in the job's state function,
+  without Spark (``bench operator``);
 - :mod:`~coordinator.bench.soak`: the job under members that crash, minute by minute
   (``bench soak``);
 - :mod:`~coordinator.bench.groups`: ``coordinator groups`` on a large warehouse (``bench groups``);

@@ -94,6 +94,16 @@ def add_parser(subparsers: Any) -> None:
     stream.add_argument("--json", action="store_true", help="print one JSON object")
     stream.add_argument("--quick", action="store_true", help="a tiny run (for smoke tests)")
     stream.set_defaults(run=run_stream)
+    op = kinds.add_parser(
+        "operator",
+        help="where a request's CPU goes in the job's state function (no Spark; cProfile)",
+    )
+    op.add_argument("--groups", type=int, default=200, help="Stable groups in the shard (200)")
+    op.add_argument("--members", type=int, default=10, help="members per group (10)")
+    op.add_argument("--batches", type=int, default=20, help="batches of heartbeats (20)")
+    op.add_argument("--lines-per-file", type=int, default=100, help="inbox lines per file (100)")
+    op.add_argument("--json", action="store_true", help="print one JSON object")
+    op.set_defaults(run=run_operator)
     soak = kinds.add_parser(
         "soak",
         help="a busy day compressed into an hour: the job (a subprocess, restarted and kill "
@@ -328,6 +338,15 @@ def run_stream(args: argparse.Namespace) -> int:
         print(json.dumps(figures))
         return 0
     print(format_report(figures))
+    return 0
+
+
+def run_operator(args: argparse.Namespace) -> int:
+    from coordinator.bench.operator import OperatorBenchOptions, format_report, operator_bench
+
+    options = OperatorBenchOptions(args.groups, args.members, args.batches, args.lines_per_file)
+    result = operator_bench(options)
+    print(json.dumps(result) if args.json else format_report(result))
     return 0
 
 

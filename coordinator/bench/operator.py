@@ -1,0 +1,204 @@
+"""Where a request's time goes in the job's state function (``coordinator bench operator``).
+
+The Spark job's capacity is bounded by the Python side of its stateful operator: per batch and
+shard, :func:`coordinator.stream.operator.shard_function` turns Spark's pandas frames into inbox
+lines, decodes the shard's state, steps every group with lines or a due timer (parse each JSON
+line, decode the group's snapshot, run the engine, encode answers and the snapshot, summarise
+the group) and hands back a pandas frame of output rows. This module runs exactly that path
+without Spark: one shard holding G Stable groups of M members, fed batches of heartbeats (every
+member once per batch, one inbox file per ``--lines-per-file`` lines), and profiles it with
+``cProfile``. It prints microseconds per request for the whole function and per stage, so that
+the job's top costs can be fixed in order (``coordinator bench operator --groups G --members M``). What Spark adds around it (Arrow transfer between
+the JVM and the Python worker, the state store, the shuffle, the sink's Delta writes) is
+measured by ``coordinator bench stream``; the two figures side by side say which side bounds the
+job.
+"""
+
+from __future__ import annotations
+
+import cProfile
+import json
+import pstats
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from coordinator.bench.engine import CONFIG, Harness
+from coordinator.group.snapshot import encode_group
+from coordinator.stream import operator
+
+#: Stages of the state function, by the functions that carry them (cumulative time of the
+#: outermost call of each; a stage's own callees that belong to another stage are not
+#: subtracted, so the stages may overlap and need not add up to the whole).
+STAGES = {
+    "frames -> lines (pandas columns, arrival stamps)": ("operator.py", "_lines"),
+    "shard state decode": ("operator.py", "decode_shard"),
+    "shard state encode": ("operator.py", "encode_shard"),
+    "parse a line (JSON, checks)": ("operator.py", "_read_line"),
+    "group snapshot decode": ("snapshot.py", "decode_group"),
+    "group snapshot encode": ("snapshot.py", "encode_group"),
+    "engine step (requests -> answers, records)": ("step.py", "step"),
+    "group summary (before and after)": ("operator.py", "group_summary"),
+    "answers to JSON": ("jsonio.py", "dumps"),
+    "output rows -> pandas frame": ("operator.py", "_frame"),
+}
+
+
+@dataclass(frozen=True)
+class OperatorBenchOptions:
+    groups: int = 200
+    members: int = 10
+    batches: int = 20
+    lines_per_file: int = 100
+
+
+class _State:
+    """The slice of Spark's ``GroupState`` that the state function uses."""
+
+    def __init__(self, blob: bytes | None, now_ms: int) -> None:
+        self.exists = blob is not None
+        self.get = (blob,)
+        self.now_ms = now_ms
+        self.hasTimedOut = False
+        self.updated: bytes | None = None
+
+    def getCurrentProcessingTimeMs(self) -> int:
+        return self.now_ms
+
+    def update(self, value: tuple[bytes]) -> None:
+        self.updated = value[0]
+        self.exists = True
+        self.get = value
+
+    def remove(self) -> None:
+        self.exists = False
+
+    def setTimeoutDuration(self, duration_ms: int) -> None:
+        pass
+
+
+def _formed(options: OperatorBenchOptions) -> tuple[bytes, list[tuple[str, str, int]], int]:
+    """One shard's state blob with ``groups`` Stable groups, every member as (group id, member
+    id, generation), and the engine's clock when they were formed."""
+    harness = Harness()
+    members: list[tuple[str, str, int]] = []
+    groups: dict[str, tuple[int | None, bytes]] = {}
+    for g in range(options.groups):
+        group_id = f"bench-{g:05d}"
+        ids, generation = harness.form_group(group_id, options.members)
+        members.extend((group_id, member_id, generation) for member_id in ids)
+        group = harness.c.group(group_id)
+        assert group is not None
+        groups[group_id] = (None, encode_group(group))
+    return operator.encode_shard(groups), members, harness.now
+
+
+def _frames(
+    members: list[tuple[str, str, int]], batch: int, lines_per_file: int, now_ms: int
+) -> Iterator[Any]:
+    """A batch's pandas frame: a heartbeat of every member, ``lines_per_file`` per file."""
+    import pandas as pd
+
+    values, files, positions, group_ids = [], [], [], []
+    for i, (group_id, member_id, generation) in enumerate(members):
+        request = {
+            "api": "heartbeat",
+            "request_id": f"h{batch}.{i}",
+            "group_id": group_id,
+            "member_id": member_id,
+            "generation_id": generation,
+        }
+        values.append(json.dumps(request, separators=(",", ":")))
+        sequence = batch * 1_000_000 + i // lines_per_file
+        files.append(f"file:/inbox/{sequence:016d}@{now_ms}-bench.jsonl")
+        positions.append(i % lines_per_file)
+        group_ids.append(group_id)
+    yield pd.DataFrame(
+        {
+            "value": values,
+            "source_file": files,
+            "position": positions,
+            "group_id": group_ids,
+            "terminated": [True] * len(values),
+            "valid_utf8": [True] * len(values),
+        }
+    )
+
+
+def operator_bench(options: OperatorBenchOptions) -> dict[str, Any]:
+    """Run the shard function over ``batches`` batches under ``cProfile``: microseconds per
+    request in all and per stage (:data:`STAGES`), and the top functions by own time."""
+    settings = operator.OperatorSettings(config=CONFIG, seed=b"bench-operator-seed")
+    function = operator.shard_function(settings)
+    blob, members, formed_ms = _formed(options)
+    now = formed_ms + 1000  # a batch a second: every member well within its session
+    frames = [
+        list(_frames(members, b, options.lines_per_file, now + 1000 * b))
+        for b in range(options.batches)
+    ]
+    profile = cProfile.Profile()
+    requests = 0
+    rows = 0
+    started = time.process_time()
+    for b in range(options.batches):
+        state = _State(blob, now + 1000 * b + 500)
+        profile.enable()
+        out = list(function(("shard",), iter(frames[b]), state))
+        profile.disable()
+        blob = state.updated if state.updated is not None else blob
+        requests += len(members)
+        rows += sum(len(frame) for frame in out)
+    cpu_s = time.process_time() - started
+    stats = pstats.Stats(profile)
+    per_request = 1e6 / requests
+    stages = {}
+    raw = stats.stats  # type: ignore[attr-defined]
+    for stage, (file_end, name) in STAGES.items():
+        cumulative = sum(
+            ct
+            for (path, _, fn), (_, _, _, ct, _) in raw.items()
+            if fn == name and path.endswith(file_end)
+        )
+        stages[stage] = round(cumulative * per_request, 2)
+    total = sum(tt for (_, _, _), (_, _, tt, _, _) in raw.items())
+    top = sorted(raw.items(), key=lambda item: -item[1][2])[:15]
+    return {
+        "options": options.__dict__,
+        "requests": requests,
+        "output_rows": rows,
+        "us_per_request_profiled": round(total * per_request, 2),
+        "us_per_request_cpu": round(cpu_s * per_request, 2),
+        "stages_us_per_request": stages,
+        "top_own_time": [
+            {
+                "function": f"{path.rsplit('/', 1)[-1]}:{line}({fn})",
+                "calls_per_request": round(nc / requests, 2),
+                "us_per_request": round(tt * per_request, 2),
+            }
+            for (path, line, fn), (_, nc, tt, _, _) in top
+        ],
+    }
+
+
+def format_report(result: dict[str, Any]) -> str:
+    o = result["options"]
+    lines = [
+        f"operator bench: one shard, {o['groups']} groups x {o['members']} members, every member"
+        f" heartbeating once per batch, {o['batches']} batches, {o['lines_per_file']} lines per"
+        f" inbox file",
+        f"  {result['requests']:,} requests, {result['output_rows']:,} output rows",
+        f"  the state function: {result['us_per_request_cpu']:.1f} us CPU per request "
+        f"({result['us_per_request_profiled']:.1f} us under the profiler)",
+        "",
+        "  stage (cumulative, under the profiler; stages may overlap)       us/request",
+    ]
+    for stage, us in sorted(result["stages_us_per_request"].items(), key=lambda kv: -kv[1]):
+        lines.append(f"  {stage:<64} {us:>9.2f}")
+    lines += ["", "  functions by own time                                   calls/req  us/request"]
+    for row in result["top_own_time"]:
+        lines.append(
+            f"  {row['function'][:56]:<56} {row['calls_per_request']:>9.2f} "
+            f"{row['us_per_request']:>10.2f}"
+        )
+    return "\n".join(lines)
