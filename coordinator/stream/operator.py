@@ -487,6 +487,12 @@ _scanstring: Any = json.decoder.scanstring  # type: ignore[attr-defined]
 
 def _storable(value: Any) -> bool:
     """Whether ``value`` serialises to UTF-8 (JSON escapes can make lone surrogates)."""
+    if isinstance(value, str):  # every request's id: no JSON round trip for a string
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return False
+        return True
     try:
         jsonio.dumps(value).encode("utf-8")
     except (UnicodeEncodeError, ValueError, TypeError, RecursionError):
