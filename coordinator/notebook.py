@@ -6,8 +6,11 @@ way everywhere::
     python -m coordinator.notebook --warehouse warehouse/demo \\
         --topic-offsets warehouse/demo/topic_offsets.csv --output docs/offsets_history.ipynb
 
+With ``--upstream HOST:PORT`` instead of ``--topic-offsets``, the lag plot's log ends are asked
+of the cluster holding the topics (ListOffsets by time, :mod:`coordinator.admin.upstream_offsets`).
+
 The notebook takes its parameters from environment variables (``COORDINATOR_WAREHOUSE``,
-``COORDINATOR_TOPIC_OFFSETS``, ``COORDINATOR_GROUP``), so a person opening it in Jupyter sets
+``COORDINATOR_TOPIC_OFFSETS``, ``COORDINATOR_UPSTREAM``, ``COORDINATOR_GROUP``), so a person opening it in Jupyter sets
 them the same way. It runs in a fresh ipykernel of this very interpreter (ipykernel's own
 ``python3`` spec: not one a ``jupyter kernelspec install`` left on the machine for another
 Python), from the repository's root. The first cell that fails stops the run with
@@ -38,6 +41,7 @@ def execute(
     warehouse: str | Path,
     *,
     topic_offsets: str | Path | None = None,
+    upstream: str | None = None,
     group: str | None = None,
     notebook: Path = NOTEBOOK,
     output: Path | None = None,
@@ -55,6 +59,8 @@ def execute(
     env["COORDINATOR_WAREHOUSE"] = str(Path(warehouse).resolve())
     if topic_offsets is not None:
         env["COORDINATOR_TOPIC_OFFSETS"] = str(Path(topic_offsets).resolve())
+    if upstream is not None:
+        env["COORDINATOR_UPSTREAM"] = upstream
     if group is not None:
         env["COORDINATOR_GROUP"] = group
     env.setdefault("PYTHONWARNINGS", "ignore::FutureWarning")
@@ -92,12 +98,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="log-end samples (CSV, JSON lines or a Delta table); the notebook's default: "
         "the warehouse's topic_offsets.csv when there is one",
     )
+    parser.add_argument(
+        "--upstream",
+        metavar="HOST:PORT[,...]",
+        help="the cluster holding the topics: the lag plot's log ends asked of it (ListOffsets)",
+    )
     parser.add_argument("--group", help="the group to plot (default: most rebalances)")
     parser.add_argument("--output", type=Path, default=EXECUTED, metavar="FILE")
     args = parser.parse_args(argv)
     execute(
         args.warehouse,
         topic_offsets=args.topic_offsets,
+        upstream=args.upstream,
         group=args.group,
         output=args.output,
     )

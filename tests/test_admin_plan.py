@@ -542,8 +542,8 @@ def test_plan_reset_topic_with_unknown_partitions():
     with pytest.raises(GroupsError) as raised:
         groups.plan_reset(view("Empty"), ResetSpec(topics=("pay",), to_offset=1), TOPIC_OFFSETS)
     assert str(raised.value) == (
-        "The partitions of topic 'pay' are not known: name them (--topic pay:0,1,...) or give "
-        "--topic-offsets"
+        "The partitions of topic 'pay' are not known to the topic offsets given: name them "
+        "(--topic pay:0,1,...)"
     )
 
 
@@ -667,7 +667,8 @@ def test_plan_to_datetime_needs_topic_offsets_with_the_partition():
     with pytest.raises(GroupsError) as raised:
         _plan(v, ResetSpec(all_topics=True, to_datetime_ms=5), None)
     assert str(raised.value) == (
-        "--to-datetime/--by-duration needs the topics' log offsets: give --topic-offsets"
+        "--to-datetime/--by-duration needs the topics' log offsets: give --upstream HOST:PORT "
+        "(the cluster that holds them) or --topic-offsets FILE"
     )
     with pytest.raises(GroupsError) as raised:
         _plan(v, ResetSpec(topics=("pay:0",), to_datetime_ms=5))
@@ -696,7 +697,10 @@ def test_plan_to_earliest_and_latest():
 def test_plan_to_earliest_and_latest_need_topic_offsets(spec, what):
     with pytest.raises(GroupsError) as raised:
         _plan(view("Empty", {("orders", 0): 1}), spec, None)
-    assert str(raised.value) == f"{what} needs the topics' log offsets: give --topic-offsets"
+    assert str(raised.value) == (
+        f"{what} needs the topics' log offsets: give --upstream HOST:PORT (the cluster that "
+        "holds them) or --topic-offsets FILE"
+    )
 
 
 def test_plan_to_latest_of_an_unknown_partition():
@@ -719,8 +723,8 @@ def test_plan_to_current_without_topic_offsets():
     with pytest.raises(GroupsError) as raised:
         _plan(v, ResetSpec(topics=("orders:0,1",), to_current=True), None)
     assert str(raised.value) == (
-        "--to-current without a committed offset needs the topics' log offsets: "
-        "give --topic-offsets"
+        "--to-current without a committed offset needs the topics' log offsets: give "
+        "--upstream HOST:PORT (the cluster that holds them) or --topic-offsets FILE"
     )
 
 

@@ -7,6 +7,8 @@
   same functions per group);
 - :mod:`~coordinator.admin.topic_offsets` reads what the coordinator cannot know: the topics'
   log start and end offsets over time, as the operator supplies them;
+- :mod:`~coordinator.admin.upstream_offsets` asks them of the cluster that holds the topics
+  (ListOffsets), as Kafka's tool asks its brokers;
 - :mod:`~coordinator.admin.groups` is ``coordinator groups``: Kafka's
   ``kafka-consumer-groups.sh`` over the tables, with changes sent to the job as requests.
 """

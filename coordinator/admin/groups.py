@@ -29,7 +29,7 @@ from typing import Any
 
 from coordinator.admin import history
 from coordinator.admin.tables import Cut, WarehouseReader
-from coordinator.admin.topic_offsets import TopicOffsets, TopicOffsetsError
+from coordinator.admin.topic_offsets import LogOffsets, TopicOffsetsError
 
 MISSING = "-"
 #: ``ConsumerGroupState`` values a ``--state`` filter accepts (classic groups).
@@ -164,7 +164,7 @@ def list_groups(
     ]
 
 
-def offset_rows(view: GroupView, topic_offsets: TopicOffsets | None) -> list[dict[str, Any]]:
+def offset_rows(view: GroupView, topic_offsets: LogOffsets | None) -> list[dict[str, Any]]:
     """Kafka's ``--describe --offsets`` rows: the members' partitions (members with the most
     partitions first, each member's by partition), then committed partitions nobody holds."""
     rows = []
@@ -184,7 +184,7 @@ def offset_rows(view: GroupView, topic_offsets: TopicOffsets | None) -> list[dic
 def _offset_row(
     view: GroupView,
     tp: TopicPartition,
-    topic_offsets: TopicOffsets | None,
+    topic_offsets: LogOffsets | None,
     member_id: str | None,
     member: Mapping[str, Any],
 ) -> dict[str, Any]:
@@ -318,7 +318,7 @@ def export_csv(plans: Sequence[ResetPlan], single_group: bool) -> str:
 def plan_reset(
     view: GroupView,
     spec: ResetSpec,
-    topic_offsets: TopicOffsets | None,
+    topic_offsets: LogOffsets | None,
     base: GroupView | None = None,
 ) -> ResetPlan:
     """The new offsets for one group (Kafka's ``prepareOffsetsToReset``), or a refusal when
@@ -349,10 +349,13 @@ def plan_reset(
     committed = {tp: row["committed_offset"] for tp, row in base.offsets.items()}
 
     def from_log(
-        what: str, get: Callable[[TopicOffsets, TopicPartition], int], among: list[TopicPartition]
+        what: str, get: Callable[[LogOffsets, TopicPartition], int], among: list[TopicPartition]
     ) -> dict[TopicPartition, int]:
         if topic_offsets is None:
-            raise GroupsError(f"{what} needs the topics' log offsets: give --topic-offsets")
+            raise GroupsError(
+                f"{what} needs the topics' log offsets: give --upstream HOST:PORT (the cluster "
+                "that holds them) or --topic-offsets FILE"
+            )
         try:
             return {tp: get(topic_offsets, tp) for tp in among}
         except TopicOffsetsError as problem:
@@ -379,22 +382,28 @@ def plan_reset(
             partitions,
         )
     elif spec.to_earliest:
-        plan.offsets = from_log("--to-earliest", TopicOffsets.earliest, partitions)
+        plan.offsets = from_log("--to-earliest", _earliest, partitions)
     elif spec.to_latest:
-        plan.offsets = from_log("--to-latest", TopicOffsets.latest, partitions)
+        plan.offsets = from_log("--to-latest", _latest, partitions)
     else:  # --to-current: the committed offset, or the log end where there is none
         without = [tp for tp in partitions if tp not in committed]
         ends = (
-            from_log("--to-current without a committed offset", TopicOffsets.latest, without)
-            if without
-            else {}
+            from_log("--to-current without a committed offset", _latest, without) if without else {}
         )
         plan.offsets = {tp: committed[tp] if tp in committed else ends[tp] for tp in partitions}
     return plan
 
 
+def _earliest(source: LogOffsets, tp: TopicPartition) -> int:
+    return source.earliest(tp)
+
+
+def _latest(source: LogOffsets, tp: TopicPartition) -> int:
+    return source.latest(tp)
+
+
 def _scope(
-    spec: ResetSpec, view: GroupView, topic_offsets: TopicOffsets | None
+    spec: ResetSpec, view: GroupView, topic_offsets: LogOffsets | None
 ) -> list[TopicPartition]:
     """The partitions to reset: ``--all-topics`` (every partition with a committed offset) or
     ``--topic`` (with its partitions, or all the topic's known partitions)."""
@@ -409,9 +418,14 @@ def _scope(
             known = set(topic_offsets.partitions(topic)) if topic_offsets is not None else set()
             known |= {p for t, p in view.offsets if t == topic}
             if not known:
+                where = (
+                    f"to {topic_offsets.name}"
+                    if topic_offsets is not None
+                    else "(no --upstream or --topic-offsets given)"
+                )
                 raise GroupsError(
-                    f"The partitions of topic '{topic}' are not known: name them "
-                    f"(--topic {topic}:0,1,...) or give --topic-offsets"
+                    f"The partitions of topic '{topic}' are not known {where}: name them "
+                    f"(--topic {topic}:0,1,...)"
                 )
             partitions = sorted(known)
         chosen.extend((topic, p) for p in partitions)
@@ -420,7 +434,7 @@ def _scope(
 
 def _clamp(
     requested: Mapping[TopicPartition, int],
-    topic_offsets: TopicOffsets | None,
+    topic_offsets: LogOffsets | None,
     warnings: list[str],
 ) -> dict[TopicPartition, int]:
     """Kafka's ``checkOffsetsRange``, where the log's range is known."""
@@ -475,7 +489,7 @@ def delete_offsets_request(group_id: str, partitions: Iterable[TopicPartition]) 
 
 
 def delete_offsets_scope(
-    view: GroupView, topic_args: Sequence[str], topic_offsets: TopicOffsets | None
+    view: GroupView, topic_args: Sequence[str], topic_offsets: LogOffsets | None
 ) -> list[TopicPartition]:
     """``--delete-offsets --topic``: named partitions, or every known partition of a topic."""
     return _scope(ResetSpec(topics=tuple(topic_args)), view, topic_offsets)

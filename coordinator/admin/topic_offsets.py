@@ -26,6 +26,9 @@ How the samples answer Kafka's questions:
   messages of that interval. Before the first sample: the earliest offset of the first; after
   the last: latest (Kafka's fallback when no message is that recent);
 - lag over time: ``log_end_offset`` at a time minus the offset committed then.
+
+:class:`LogOffsets` is what the commands ask of any source: this file's samples, or the
+cluster itself (:class:`coordinator.admin.upstream_offsets.UpstreamOffsets`, ``--upstream``).
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import pyarrow as pa
 
@@ -62,6 +65,24 @@ class TopicOffsetsError(ValueError):
 TopicPartitionKey = tuple[str, int]
 
 
+class LogOffsets(Protocol):
+    """The questions ``kafka-consumer-groups.sh`` asks the brokers, as the commands ask them of
+    a source of log offsets. Each raises :class:`TopicOffsetsError` for what it cannot answer."""
+
+    #: How messages name the source ("--topic-offsets FILE", "the upstream cluster at ...").
+    name: str
+
+    def partitions(self, topic: str) -> list[int]: ...
+
+    def __contains__(self, key: object) -> bool: ...
+
+    def latest(self, key: TopicPartitionKey) -> int: ...
+
+    def earliest(self, key: TopicPartitionKey) -> int: ...
+
+    def offset_for_time(self, key: TopicPartitionKey, timestamp_ms: int) -> int: ...
+
+
 @dataclass(slots=True)
 class _Series:
     times: list[int] = field(default_factory=list)  # sorted; NOW for rows without a time
@@ -72,7 +93,10 @@ class _Series:
 class TopicOffsets:
     """Log start and end offsets per partition, over time."""
 
-    def __init__(self, rows: Iterable[Mapping[str, Any]]) -> None:
+    def __init__(
+        self, rows: Iterable[Mapping[str, Any]], name: str = "the topic offsets given"
+    ) -> None:
+        self.name = name
         series: dict[TopicPartitionKey, list[tuple[int, int, int]]] = {}
         for row in rows:
             try:
@@ -138,7 +162,7 @@ class TopicOffsets:
             return self._series[key]
         except KeyError:
             raise TopicOffsetsError(
-                f"no log offsets for {key[0]}-{key[1]} in the topic offsets given"
+                f"no log offsets for {key[0]}-{key[1]} in {self.name}"
             ) from None
 
     def latest(self, key: TopicPartitionKey) -> int:

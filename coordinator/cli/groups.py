@@ -16,9 +16,13 @@ group that is Empty or does not exist; a live group is neither reset nor deleted
 dry run unless ``--execute`` is given.
 
 The coordinator holds no topic data: log start and end offsets (LOG-END-OFFSET, LAG,
-``--to-earliest``/``--to-latest``/``--to-datetime``) come from ``--topic-offsets FILE``
-(CSV or JSON lines of topic, partition, log_end_offset[, log_start_offset, timestamp_ms], or a
-Delta table); see ``coordinator.admin.topic_offsets``.
+``--to-earliest``/``--to-latest``/``--to-datetime``) come from the cluster that holds the
+topics, asked with ListOffsets as Kafka's tool asks its brokers:
+  --upstream HOST:PORT[,...]   its bootstrap servers (Kafka's --bootstrap-server), the cluster
+                               ``coordinator gateway --upstream`` fronts
+  --gateway-conf FILE          or its upstream.bootstrap.servers (the gateway's properties)
+or from ``--topic-offsets FILE`` (CSV or JSON lines of topic, partition, log_end_offset[,
+log_start_offset, timestamp_ms], or a Delta table); see ``coordinator.admin.topic_offsets``.
 
 Beyond Kafka:
   --as-of TIME|VERSION    describe or list as it was: an ISO date-time (UTC unless a zone is
@@ -90,6 +94,16 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--dry-run", action="store_true", help="show the plan only (default)")
     parser.add_argument("--execute", action="store_true", help="apply the reset")
     parser.add_argument("--topic-offsets", metavar="FILE|TABLE", help="the topics' log offsets")
+    parser.add_argument(
+        "--upstream",
+        metavar="HOST:PORT[,...]",
+        help="the cluster holding the topics: log offsets asked with ListOffsets",
+    )
+    parser.add_argument(
+        "--gateway-conf",
+        metavar="FILE",
+        help="gateway properties: its upstream.bootstrap.servers as --upstream",
+    )
     parser.add_argument("--as-of", metavar="TIME|VERSION", help="as it was then (see above)")
     parser.add_argument("--output", choices=("text", "json"), default="text")
     parser.add_argument(
@@ -151,7 +165,7 @@ class Output:
 def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:
     from coordinator.admin import groups
     from coordinator.admin.tables import AsOf, AsOfError, WarehouseReader, parse_datetime
-    from coordinator.admin.topic_offsets import TopicOffsets, TopicOffsetsError
+    from coordinator.admin.topic_offsets import TopicOffsetsError
 
     output = Output(out or sys.stdout, err or sys.stderr, args.output == "json")
     chosen = [
@@ -168,9 +182,10 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
     if not Path(args.warehouse).is_dir():
         raise ValueError(f"no warehouse at {args.warehouse}")
     reader = WarehouseReader(args.warehouse, args.checkpoint)
+    topic_offsets = None
     try:
         as_of = AsOf.parse(args.as_of) if args.as_of else None
-        topic_offsets = TopicOffsets.read(args.topic_offsets) if args.topic_offsets else None
+        topic_offsets = _log_offsets(args)
         cut = reader.cut(as_of)
         context = Context(args, output, reader, cut, topic_offsets)
         if action == "list":
@@ -192,7 +207,36 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
             context.run_delete_offsets()
     except (groups.GroupsError, AsOfError, TopicOffsetsError) as problem:
         output.error(str(problem))
+    finally:
+        if topic_offsets is not None and hasattr(topic_offsets, "close"):
+            topic_offsets.close()
     return output.finish()
+
+
+def _log_offsets(args: argparse.Namespace) -> Any:
+    """The source of the topics' log offsets: the upstream cluster (``--upstream``, or the
+    gateway properties' ``upstream.bootstrap.servers``), a ``--topic-offsets`` file, or None."""
+    from coordinator.admin.topic_offsets import TopicOffsets, TopicOffsetsError
+
+    servers = args.upstream
+    if servers is None and args.gateway_conf:
+        from coordinator.cli.settings import read_properties
+
+        if not Path(args.gateway_conf).is_file():
+            raise TopicOffsetsError(f"no gateway properties at {args.gateway_conf}")
+        servers = read_properties(Path(args.gateway_conf)).get("upstream.bootstrap.servers")
+        if not servers:
+            raise TopicOffsetsError(f"{args.gateway_conf} has no upstream.bootstrap.servers")
+    if servers is not None and args.topic_offsets:
+        raise TopicOffsetsError(
+            "--topic-offsets and --upstream (or --gateway-conf) exclude each other: the log "
+            "offsets come from one of them"
+        )
+    if servers is not None:
+        from coordinator.admin.upstream_offsets import UpstreamOffsets
+
+        return UpstreamOffsets.from_servers(servers)
+    return TopicOffsets.read(args.topic_offsets) if args.topic_offsets else None
 
 
 class Context:
@@ -283,7 +327,25 @@ class Context:
             else:
                 rows = groups.offset_rows(view, self.topic_offsets)
                 described.append({"group": group_id, "state": view.state, "offsets": rows})
+                self._warn_unknown_partitions(rows)
                 self._print_offsets(rows)
+
+    def _warn_unknown_partitions(self, rows: list[dict[str, Any]]) -> None:
+        """A partition the log offsets' source does not have (a deleted topic, a file without
+        it) shows ``-``, and says why, as Kafka warns on stderr."""
+        if self.topic_offsets is None:
+            return
+        unknown = sorted(
+            {(r["topic"], r["partition"]) for r in rows if r["log_end_offset"] is None}
+        )
+        for topic, partition in unknown:
+            text = (
+                f"{self.topic_offsets.name} has no partition {topic}-{partition}: its "
+                "LOG-END-OFFSET and LAG are unknown"
+            )
+            self.output.document.setdefault("warnings", []).append(text)
+            if not self.output.as_json:
+                print(f"\nWarn: {text}", file=self.output.err)
 
     def _printable(self, view: Any) -> bool:
         """Kafka's ``shouldPrintMemberState``."""
