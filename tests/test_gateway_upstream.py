@@ -174,7 +174,8 @@ def test_api_versions_intersection():
     table = advertised_versions(STUB_VERSIONS)
     # forwarded APIs: what both the upstream and the gateway serve
     assert table[codec.PRODUCE] == (3, 8)
-    assert table[codec.FETCH] == (4, 11)
+    # Fetch 4-11 upstream: v0-v3 asked at v4 (tests/test_gateway_upstream_old_versions.py)
+    assert table[codec.FETCH] == (0, 11)
     assert table[codec.METADATA] == (1, 9)
     assert table[INIT_PRODUCER_ID] == (0, 4)
     # group APIs are the coordinator's, whatever the upstream serves (JoinGroup 0-3 there)

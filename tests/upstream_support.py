@@ -30,16 +30,23 @@ STUB_VERSIONS = {
 STUB_NODE_ID = 5
 STUB_TOPIC, STUB_PARTITIONS = "t", 3
 STUB_PRODUCER_ID = 1000
+STUB_LOG_START, STUB_LOG_END, STUB_TIME_OFFSET = 10, 13, 11
 
 
 class StubBroker:
     """A one-node Kafka broker of a few APIs on its own event loop: ApiVersions, Metadata (topic
-    ``t``, leader itself), Produce (appended at offset 0); records (api key, correlation id) of
-    every request. With ``swap_pairs`` each second answer goes out before the first."""
+    ``t``, leader itself), Produce (appended at offset 0), Fetch (``records`` for partition 0 of
+    ``t``, from any offset up to :data:`STUB_LOG_END`) and ListOffsets (:data:`STUB_LOG_START`,
+    :data:`STUB_LOG_END`, :data:`STUB_TIME_OFFSET` for a time); records (api key, correlation
+    id) and (api key, version) of every request. A version below :data:`STUB_VERSIONS`' floor
+    closes the connection, as Kafka 4 and noida-db do for Fetch v0-v3. With ``swap_pairs`` each
+    second answer goes out before the first."""
 
-    def __init__(self, *, swap_pairs: bool = False) -> None:
+    def __init__(self, *, swap_pairs: bool = False, records: bytes = b"") -> None:
         self.swap_pairs = swap_pairs
+        self.records = records
         self.seen: list[tuple[int, int]] = []
+        self.versions: list[tuple[int, int]] = []
         self.loop = asyncio.new_event_loop()
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
@@ -70,6 +77,9 @@ class StubBroker:
                 frame = await reader.readexactly(size)
                 api_key, version, correlation_id = codec.peek_header(frame)
                 self.seen.append((api_key, correlation_id))
+                self.versions.append((api_key, version))
+                if version < STUB_VERSIONS.get(api_key, (0, 0))[0]:
+                    break
                 readable = codec.readable_versions(api_key)
                 assert readable is not None
                 request = codec.decode_request(frame, {api_key: readable})
@@ -150,6 +160,54 @@ class StubBroker:
                         ],
                     }
                     for t in body["topic_data"]
+                ],
+            }
+        if api_key == codec.FETCH:
+            return {
+                "throttle_time": 0,
+                "error_code": 0,
+                "session_id": 0,
+                "responses": [
+                    {
+                        "topic": t["topic"],
+                        "partitions": [
+                            {
+                                "partition_index": p["partition"],
+                                "error_code": 0,
+                                "high_watermark": STUB_LOG_END,
+                                "last_stable_offset": STUB_LOG_END,
+                                "log_start_offset": STUB_LOG_START,
+                                "aborted_transactions": [],
+                                "preferred_read_replica": -1,
+                                "records": self.records
+                                if p["partition"] == 0 and p["fetch_offset"] < STUB_LOG_END
+                                else b"",
+                            }
+                            for p in t["partitions"]
+                        ],
+                    }
+                    for t in body["topics"]
+                ],
+            }
+        if api_key == codec.LIST_OFFSETS:
+            found = {-1: STUB_LOG_END, -2: STUB_LOG_START}
+            return {
+                "throttle_time": 0,
+                "topics": [
+                    {
+                        "name": t["name"],
+                        "partitions": [
+                            {
+                                "partition_index": p["partition_index"],
+                                "error_code": 0,
+                                "timestamp": -1,
+                                "offset": found.get(p["timestamp"], STUB_TIME_OFFSET),
+                                "leader_epoch": 0,
+                            }
+                            for p in t["partitions"]
+                        ],
+                    }
+                    for t in body["topics"]
                 ],
             }
         if api_key == 22:  # InitProducerId

@@ -24,6 +24,7 @@ from coordinator.gateway.log_topic import (
     LogTopic,
     legacy_offsets_before,
 )
+from coordinator.gateway.record_batch import fetch_magic
 from coordinator.gateway.upstream import TRANSACTIONAL_ID_AUTHORIZATION_FAILED, TRANSACTIONS_REFUSED
 
 INT32_MIN = -(2**31)
@@ -229,12 +230,6 @@ async def fetch(ctx: GatewayContext, v: int, body: dict[str, Any], *_: str) -> d
         if left <= 0 or _has_log_data(response):
             return response
         await asyncio.sleep(min(left, log_topic.interval_s))
-
-
-def fetch_magic(v: int) -> int:
-    """The record format a Fetch version reads (Kafka down-converts to it): message sets of
-    magic 0 for v0-v1, magic 1 for v2-v3, record batches (magic 2) from v4."""
-    return 0 if v <= 1 else 1 if v <= 3 else 2
 
 
 def _has_log_data(response: dict[str, Any]) -> bool:

@@ -17,6 +17,15 @@ What goes where (the gateway's server asks :meth:`Upstream.routes` for each requ
 - Everything else (ApiVersions, FindCoordinator for groups, every group API) is the gateway's,
   as without an upstream; never upstream.
 
+The versions Kafka 4 removed (KIP-896) and deployed clients still send, Fetch v0-v3 (sarama's
+default v3, kafka-go 0.2's v2) and ListOffsets v0 (Burrow's, sarama's before 0.10.1), are asked
+upstream at Fetch v4 and ListOffsets v1 (:data:`UPCONVERTED`), which every broker since Kafka
+0.11 serves, Kafka 4 included, and answered at the client's version as a Kafka 3.9 broker
+answers them: Fetch's record batches down-converted to message sets of magic 0 (v0-v1) or 1
+(v2-v3) from the offset asked (:func:`down_converted_fetch`), ListOffsets' offset as the one
+old-style offset (:func:`down_converted_list_offsets`). So these clients read from brokers
+that no longer serve, or never served, those versions.
+
 Correlation ids: each client connection has its own connection to each broker it addresses
 (as Kroxylicious does: one client's Fetch held for ``max_wait_ms`` never delays another's
 Produce), with its own ids; the client's id is put back on the answer. The server serves one
@@ -45,6 +54,12 @@ from typing import Any
 
 from coordinator.gateway import codec
 from coordinator.gateway.codec import FrameError
+from coordinator.gateway.record_batch import (
+    UnsupportedCompression,
+    decode_records,
+    encode_message_set,
+    fetch_magic,
+)
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +95,10 @@ NOT_LEADER_OR_FOLLOWER = 6
 REQUEST_TIMED_OUT = 7
 COORDINATOR_NOT_AVAILABLE = 15
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
+UNSUPPORTED_COMPRESSION_TYPE = 76
+
+#: Per API, (the highest version Kafka 4 removed, the version it is asked upstream at instead).
+UPCONVERTED: dict[int, tuple[int, int]] = {codec.FETCH: (3, 4), codec.LIST_OFFSETS: (0, 1)}
 
 TRANSACTIONS_REFUSED = (
     "transactions are not served through this gateway: a transaction's offsets would be "
@@ -161,8 +180,9 @@ def advertised_versions(
 ) -> dict[int, tuple[int, int]]:
     """The ApiVersions table of the gateway in upstream mode: the group APIs and ApiVersions at
     the gateway's own ranges (never upstream); Metadata and every forwarded API at the
-    intersection of the upstream's range and the versions the gateway reads and answers; no
-    transaction API. While the upstream has not answered (``upstream`` None) the forwarded APIs
+    intersection of the upstream's range and the versions the gateway reads and answers, from
+    the gateway's floor for the APIs whose old versions it converts (:data:`UPCONVERTED`) when
+    the upstream serves the version they are asked at; no transaction API. While the upstream has not answered (``upstream`` None) the forwarded APIs
     the gateway can answer alone with retriable errors keep its coordinator-only ranges."""
     own = {
         key: span
@@ -176,6 +196,10 @@ def advertised_versions(
     for key in (*FORWARDED, codec.METADATA):
         theirs = upstream.get(key)
         ours = codec.readable_versions(key)
+        if key in UPCONVERTED and theirs is not None and ours is not None:
+            asked = UPCONVERTED[key][1]
+            if theirs[0] <= asked <= theirs[1]:  # the old versions are asked at ``asked``
+                theirs = (ours[0], theirs[1])
         both = intersect(theirs, ours) if theirs is not None and ours is not None else None
         if both is not None:
             own[key] = both
@@ -389,6 +413,70 @@ def unavailable_error(api_key: int, failure: UpstreamUnavailable) -> int:
     if api_key == codec.PRODUCE and failure.sent:
         return REQUEST_TIMED_OUT  # it may have been appended: the client's retry decides
     return NOT_LEADER_OR_FOLLOWER
+
+
+# --- the versions Kafka 4 removed ----------------------------------------------------------------
+
+
+def up_converted_request(api_key: int, body: dict[str, Any]) -> dict[str, Any]:
+    """The body of an old Fetch (v0-v3) or ListOffsets (v0) request as the version it is asked
+    upstream at (:data:`UPCONVERTED`): read_uncommitted, as clients older than transactions
+    read; Fetch v0-v2's unlimited answer size; ListOffsets' max_num_offsets dropped."""
+    if api_key == codec.FETCH:
+        return {**body, "isolation_level": 0, "max_bytes": body.get("max_bytes", 2**31 - 1)}
+    return body
+
+
+def down_converted_fetch(
+    version: int, request: dict[str, Any], answer: dict[str, Any]
+) -> dict[str, Any]:
+    """A Fetch v4 answer (plain data) as Fetch ``version`` (v0-v3) answers the same request: each
+    partition's records as a message set of :func:`fetch_magic`, from the offset it asked for
+    (Kafka's ``RecordsUtil.downConvert``). A partition whose records cannot be read (a codec
+    this gateway cannot decompress) is answered UNSUPPORTED_COMPRESSION_TYPE."""
+    magic = fetch_magic(version)
+    asked = {
+        (t["topic"], p["partition"]): p["fetch_offset"]
+        for t in request["topics"]
+        for p in t["partitions"]
+    }
+    topics = []
+    for t in answer["responses"]:
+        partitions = []
+        for p in t["partitions"]:
+            records, error = p.get("records") or b"", p["error_code"]
+            if records:
+                start = asked.get((t["topic"], p["partition_index"]), 0)
+                try:
+                    kept = [r for r in decode_records(records) if r.offset >= start]
+                    records = encode_message_set(kept, magic)
+                except UnsupportedCompression as exc:
+                    log.warning("Fetch v%s of %s: %s", version, t["topic"], exc)
+                    records, error = b"", UNSUPPORTED_COMPRESSION_TYPE
+            partitions.append({**p, "error_code": error, "records": records})
+        topics.append({**t, "partitions": partitions})
+    return {**answer, "responses": topics}
+
+
+def down_converted_list_offsets(request: dict[str, Any], answer: dict[str, Any]) -> dict[str, Any]:
+    """A ListOffsets v1 answer as v0 answers it: the offset found as the one old-style offset
+    (none when none was found or none was asked). v0 asked by a time meant "offsets of the
+    segments before it"; it is answered with v1's "first offset at or after it"."""
+    wanted = {
+        (t["name"], p["partition_index"]): p.get("max_num_offsets", 1)
+        for t in request["topics"]
+        for p in t["partitions"]
+    }
+    topics = []
+    for t in answer["topics"]:
+        partitions = []
+        for p in t["partitions"]:
+            found = int(p.get("offset", -1))
+            many = wanted.get((t["name"], p["partition_index"]), 1)
+            offsets = [found] if found >= 0 and many > 0 and p["error_code"] == 0 else []
+            partitions.append({**p, "old_style_offsets": offsets})
+        topics.append({**t, "partitions": partitions})
+    return {**answer, "topics": topics}
 
 
 # --- connections ----------------------------------------------------------------------------
@@ -662,6 +750,11 @@ class Upstream:
                 api_key, body, TRANSACTIONAL_ID_AUTHORIZATION_FAILED, TRANSACTIONS_REFUSED
             )
             return codec.encode_response(api_key, version, correlation_id, answer)
+        old = UPCONVERTED.get(api_key)
+        if old is not None and version <= old[0]:
+            return await self._serve_up_converted(
+                link, api_key, version, correlation_id, request.client_id, body
+            )
         expect = not (api_key == codec.PRODUCE and body.get("acks") == 0)
         try:
             response = await self._forward(link, frame, expect)
@@ -676,6 +769,33 @@ class Upstream:
             rewritten = rewrite_brokers(answer, await self.listeners())
             return codec.encode_response(api_key, version, correlation_id, rewritten)
         return struct.pack(">i", len(response)) + response
+
+    async def _serve_up_converted(
+        self,
+        link: ClientLink,
+        api_key: int,
+        version: int,
+        correlation_id: int,
+        client_id: str | None,
+        body: dict[str, Any],
+    ) -> bytes:
+        """An old Fetch or ListOffsets asked upstream at :data:`UPCONVERTED`'s version, its answer
+        down-converted to the client's version (module docstring)."""
+        asked = UPCONVERTED[api_key][1]
+        upgraded = up_converted_request(api_key, body)
+        frame = codec.encode_request(api_key, asked, correlation_id, upgraded, client_id=client_id)
+        try:
+            response = await self._forward(link, frame[4:], True)
+        except UpstreamUnavailable as failure:
+            return await self._unavailable(api_key, version, correlation_id, body, failure)
+        assert response is not None
+        _, decoded = codec.decode_response(api_key, asked, response)
+        answer: dict[str, Any] = codec.plain(decoded)
+        if api_key == codec.FETCH:
+            answer = down_converted_fetch(version, body, answer)
+        else:
+            answer = down_converted_list_offsets(body, answer)
+        return codec.encode_response(api_key, version, correlation_id, answer)
 
     async def _forward(self, link: ClientLink, frame: bytes, expect: bool) -> bytes | None:
         addresses = self._addresses(link.node_id)
