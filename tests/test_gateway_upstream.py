@@ -15,6 +15,7 @@ import pytest
 
 from coordinator.gateway import codec
 from coordinator.gateway.cli import add_parser, run
+from coordinator.gateway.log_topic import LOG_TOPIC
 from coordinator.gateway.upstream import (
     GATEWAY_NODE_ID,
     BrokerConnection,
@@ -94,11 +95,14 @@ def test_metadata_through_the_gateway_names_only_gateway_listeners(
     stub: StubBroker, fronted: Running
 ):
     answer = _metadata(fronted.port)
-    [broker] = answer["brokers"]
+    broker, gateway = answer["brokers"]
     assert broker["node_id"] == STUB_NODE_ID and broker["rack"] == "r1"
     assert broker["host"] == "127.0.0.1" and broker["port"] not in (stub.port, fronted.port)
-    [topic] = answer["topics"]
+    # the log topic's leader: the gateway's own node, its bootstrap listener
+    assert (gateway["node_id"], gateway["port"]) == (GATEWAY_NODE_ID, fronted.port)
+    topic, log = answer["topics"]
     assert [p["leader_id"] for p in topic["partitions"]] == [STUB_NODE_ID] * STUB_PARTITIONS
+    assert (log["name"], log["is_internal"], len(log["partitions"])) == (LOG_TOPIC, True, 50)
     assert answer["cluster_id"] == "stub-cluster"
     # the broker's listener serves: a Produce through it reaches the stub (its leader)
     produce = call(broker["port"], codec.PRODUCE, 8, REQUESTS[codec.PRODUCE])
@@ -119,6 +123,81 @@ def test_find_coordinator_points_at_the_listener_of_a_known_broker(fronted: Runn
             broker["host"],
             broker["port"],
         )
+
+
+# --- the log topic ------------------------------------------------------------------------------
+
+
+def test_the_log_topic_is_the_coordinators_led_by_the_gateways_node(
+    stub: StubBroker, fronted: Running
+):
+    named = _metadata(fronted.port, topics=[LOG_TOPIC])
+    [log] = named["topics"]
+    assert {p["leader_id"] for p in log["partitions"]} == {GATEWAY_NODE_ID}
+    assert GATEWAY_NODE_ID in [b["node_id"] for b in named["brokers"]]
+    others = _metadata(fronted.port, topics=["t"])  # not asked: not there
+    assert [t["name"] for t in others["topics"]] == ["t"]
+    assert [b["node_id"] for b in others["brokers"]] == [STUB_NODE_ID]
+    assert [t["name"] for t in _metadata(fronted.port, version=0, topics=[])["topics"]] == [
+        "t",
+        LOG_TOPIC,
+    ]
+    # its Fetch and ListOffsets are the gateway's, on any listener: the stub sees none
+    broker_port = named["brokers"][0]["port"]
+    before = len(stub.seen)
+    for port in (fronted.port, broker_port):
+        fetch = dict(REQUESTS[codec.FETCH], max_wait=0)
+        fetch["topics"] = [
+            {
+                "topic": LOG_TOPIC,
+                "partitions": [{"partition": 7, "fetch_offset": 0, "partition_max_bytes": 1024}],
+            }
+        ]
+        fetched = call(port, codec.FETCH, 11, fetch)["responses"][0]["partitions"][0]
+        assert (fetched["error_code"], fetched["high_watermark"], fetched["records"]) == (0, 0, b"")
+        offsets = dict(REQUESTS[codec.LIST_OFFSETS])
+        offsets["topics"] = [
+            {"name": LOG_TOPIC, "partitions": [{"partition_index": 7, "timestamp": -1}]}
+        ]
+        listed = call(port, codec.LIST_OFFSETS, 5, offsets)["topics"][0]["partitions"][0]
+        assert (listed["error_code"], listed["offset"]) == (0, 0)
+    assert stub.seen[before:] == []
+
+
+def test_the_log_topic_holds_the_groups_commits_in_upstream_mode(stub: StubBroker, tmp_path: Path):
+    running = upstream_gateway(stub.port, warehouse=str(tmp_path / "wh"))
+    try:
+        commit = dict(REQUESTS[codec.OFFSET_COMMIT], generation_id_or_member_epoch=-1, member_id="")
+        assert (
+            call(running.port, codec.OFFSET_COMMIT, 9, commit)["topics"][0]["partitions"][0][
+                "error_code"
+            ]
+            == 0
+        )
+        ends = []
+        for index in range(50):
+            body = dict(REQUESTS[codec.LIST_OFFSETS])
+            body["topics"] = [
+                {"name": LOG_TOPIC, "partitions": [{"partition_index": index, "timestamp": -1}]}
+            ]
+            listed = call(running.port, codec.LIST_OFFSETS, 5, body)
+            ends.append(listed["topics"][0]["partitions"][0]["offset"])
+        assert sum(ends) == 1  # the one commit record, in the group's partition
+        fetch = dict(REQUESTS[codec.FETCH], max_wait=0)
+        fetch["topics"] = [
+            {
+                "topic": LOG_TOPIC,
+                "partitions": [
+                    {"partition": ends.index(1), "fetch_offset": 0, "partition_max_bytes": 1024}
+                ],
+            }
+        ]
+        fetched = call(running.port, codec.FETCH, 11, fetch)["responses"][0]["partitions"][0]
+        assert fetched["error_code"] == 0 and fetched["high_watermark"] == 1
+        assert fetched["records"]
+        assert not any(k == codec.FETCH for k, _ in stub.seen)
+    finally:
+        running.stop()
 
 
 # --- correlation ids ---------------------------------------------------------------------------
@@ -291,6 +370,10 @@ def test_unreachable_upstream_answers_retriable_errors(orphaned: Running):
     metadata = _metadata(orphaned.port, topics=["t"])
     assert [(t["name"], t["error_code"]) for t in metadata["topics"]] == [("t", 5)]
     assert [b["node_id"] for b in metadata["brokers"]] == [GATEWAY_NODE_ID]
+    [log] = _metadata(orphaned.port, topics=[LOG_TOPIC])["topics"]  # the gateway's own: served
+    assert log["error_code"] == 0 and {p["leader_id"] for p in log["partitions"]} == {
+        GATEWAY_NODE_ID
+    }
     versions = call(orphaned.port, codec.API_VERSIONS, 3, REQUESTS[codec.API_VERSIONS])
     table = {k["api_key"]: (k["min_version"], k["max_version"]) for k in versions["api_keys"]}
     assert table == advertised_versions(None)

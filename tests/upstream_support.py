@@ -234,9 +234,10 @@ class StubBroker:
         self.loop.close()
 
 
-def upstream_gateway(port: int, **options: Any) -> Running:
-    """A gateway (embedded engine, no initial rebalance delay) in front of 127.0.0.1:``port``."""
-    return Running(upstream=Upstream([("127.0.0.1", port)], **options))
+def upstream_gateway(port: int, warehouse: str | None = None, **options: Any) -> Running:
+    """A gateway (embedded engine, no initial rebalance delay, its log in ``warehouse`` when
+    given) in front of 127.0.0.1:``port``; ``options`` are the :class:`Upstream`'s."""
+    return Running(warehouse, upstream=Upstream([("127.0.0.1", port)], **options))
 
 
 def closed_port() -> int:

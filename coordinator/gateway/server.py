@@ -33,8 +33,8 @@ from coordinator.errors import Error
 from coordinator.gateway import apis, codec
 from coordinator.gateway.backend import Backend, cannot_serve
 from coordinator.gateway.codec import FrameError
-from coordinator.gateway.log_topic import LogTopic, for_backend
-from coordinator.gateway.upstream import ClientLink, Upstream
+from coordinator.gateway.log_topic import LOG_TOPIC, LogTopic, for_backend
+from coordinator.gateway.upstream import LOCAL, ClientLink, LogTopicShape, Upstream
 
 if TYPE_CHECKING:
     from coordinator.metrics.gateway import GatewayMetrics
@@ -99,7 +99,11 @@ class Gateway:
         node = CoordinatorNode(0, self.host, self.port)
         self._ctx.port = self.port
         if self.upstream is not None:
-            self.upstream.attach((self.host, self.port), self.broker_listener)
+            self.upstream.attach(
+                (self.host, self.port),
+                self.broker_listener,
+                LogTopicShape(self.log_topic.partitions, self._ctx.topic_id(LOG_TOPIC)),
+            )
             self._ctx.versions = self.upstream.advertised
             self._ctx.coordinator = self.upstream.coordinator
             await self.upstream.start()
@@ -214,12 +218,13 @@ class Gateway:
             api_key = codec.peek_header(frame)[0]
             if upstream is not None and upstream.routes(api_key):
                 forwarded = await upstream.serve(link, frame)
-                if metrics is not None:  # the broker's answer is passed on, not decoded
-                    metrics.answered(api_key, None, time.perf_counter() - started)
-                if forwarded is not None:
-                    writer.write(forwarded)
-                    await writer.drain()
-                continue
+                if forwarded is not LOCAL:  # LOCAL: the log topic, answered below
+                    if metrics is not None:  # the broker's answer is passed on, not decoded
+                        metrics.answered(api_key, None, time.perf_counter() - started)
+                    if forwarded is not None:
+                        writer.write(forwarded)
+                        await writer.drain()
+                    continue
             request = codec.decode_request(frame)
             answer = await apis.dispatch(self._ctx, request, client_host)
             if answer is None:

@@ -16,6 +16,13 @@ What goes where (the gateway's server asks :meth:`Upstream.routes` for each requ
   TRANSACTIONAL_ID_AUTHORIZATION_FAILED, which producers treat as fatal, not retriable.
 - Everything else (ApiVersions, FindCoordinator for groups, every group API) is the gateway's,
   as without an upstream; never upstream.
+- ``__consumer_offsets`` is the coordinator's log (:mod:`coordinator.gateway.log_topic`), not
+  the upstream's, which holds none of our groups: Metadata names it (in place of the
+  upstream's) with its partitions led by the gateway's own node (:data:`GATEWAY_NODE_ID`, the
+  bootstrap listener), so clients that read it (Burrow, kcat) send their Fetch and ListOffsets
+  for it there, apart from any data topic; a Fetch or ListOffsets of that topic alone is the
+  gateway's (:data:`LOCAL`), on any listener. One that mixes it with data topics (which no
+  client following the leaders sends) goes upstream whole.
 
 The versions Kafka 4 removed (KIP-896) and deployed clients still send, Fetch v0-v3 (sarama's
 default v3, kafka-go 0.2's v2) and ListOffsets v0 (Burrow's, sarama's before 0.10.1), are asked
@@ -44,16 +51,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import itertools
 import logging
 import struct
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from coordinator.gateway import codec
 from coordinator.gateway.codec import FrameError
+from coordinator.gateway.log_topic import LOG_TOPIC
 from coordinator.gateway.record_batch import (
     UnsupportedCompression,
     decode_records,
@@ -105,9 +114,20 @@ TRANSACTIONS_REFUSED = (
     "committed to the upstream cluster's __consumer_offsets, not the coordinator's"
 )
 
-#: The node id the gateway gives itself while it has never seen the upstream's brokers (its
-#: bootstrap listener, in Metadata and FindCoordinator); far above any broker's id.
+#: The node id of the gateway's bootstrap listener in Metadata: the leader of the log topic's
+#: partitions, and the coordinator while the upstream's brokers have never been seen; far above
+#: any broker's id.
 GATEWAY_NODE_ID = 2**31 - 2
+
+
+class Route(enum.Enum):
+    """What :meth:`Upstream.serve` answers for a request the gateway serves itself."""
+
+    LOCAL = "local"
+
+
+#: A request of the log topic alone: the gateway's, as without an upstream.
+LOCAL = Route.LOCAL
 
 #: Kafka's default request.timeout.ms (the clients'): how long a broker may take to answer.
 DEFAULT_REQUEST_TIMEOUT_MS = 30_000
@@ -218,6 +238,58 @@ def rewrite_brokers(body: dict[str, Any], listeners: dict[int, Address]) -> dict
         host, port = listeners[broker["node_id"]]
         brokers.append({**broker, "host": host, "port": port})
     return {**body, "brokers": brokers}
+
+
+@dataclass(frozen=True)
+class LogTopicShape:
+    """The coordinator's log as Metadata names it in upstream mode."""
+
+    partitions: int
+    topic_id: uuid.UUID
+
+
+def with_log_topic(
+    answer: dict[str, Any],
+    everything: bool,
+    log_topic: LogTopicShape,
+    gateway: dict[str, Any],
+) -> dict[str, Any]:
+    """A Metadata answer (plain data, brokers already the gateway's) where ``__consumer_offsets``
+    is the coordinator's log, led by the ``gateway`` broker (added to the brokers), when the
+    request asked for every topic (``everything``) or named it; as it was otherwise."""
+    named = any(t["name"] == LOG_TOPIC for t in answer["topics"])
+    if not everything and not named:
+        return answer
+    node = gateway["node_id"]
+    topic = {
+        "error_code": 0,
+        "name": LOG_TOPIC,
+        "topic_id": log_topic.topic_id,
+        "is_internal": True,
+        "partitions": [
+            {
+                "error_code": 0,
+                "partition_index": index,
+                "leader_id": node,
+                "leader_epoch": 0,
+                "replica_nodes": [node],
+                "isr_nodes": [node],
+                "offline_replicas": [],
+            }
+            for index in range(log_topic.partitions)
+        ],
+        "topic_authorized_operations": -(2**31),
+    }
+    topics = [t for t in answer["topics"] if t["name"] != LOG_TOPIC] + [topic]
+    brokers = [b for b in answer["brokers"] if b["node_id"] != node] + [gateway]
+    return {**answer, "brokers": brokers, "topics": topics}
+
+
+def only_log_topic(api_key: int, body: dict[str, Any]) -> bool:
+    """Whether a Fetch or ListOffsets request names the log topic and nothing else."""
+    key = "topic" if api_key == codec.FETCH else "name"
+    names = {t[key] for t in body.get("topics") or []}
+    return names == {LOG_TOPIC}
 
 
 @dataclass
@@ -622,12 +694,31 @@ class Upstream:
         self.api_versions: dict[int, tuple[int, int]] | None = None
         self._ensure_listener: EnsureListener | None = None
         self._gateway_address: Address = ("127.0.0.1", 0)
+        self._log_topic: LogTopicShape | None = None
         self._control = ClientLink(None)
 
-    def attach(self, gateway_address: Address, ensure_listener: EnsureListener) -> None:
-        """The gateway's bootstrap address and how to open a listener per broker."""
+    def attach(
+        self,
+        gateway_address: Address,
+        ensure_listener: EnsureListener,
+        log_topic: LogTopicShape | None = None,
+    ) -> None:
+        """The gateway's bootstrap address, how to open a listener per broker, and the log topic
+        it serves itself (None: the upstream's ``__consumer_offsets`` is forwarded)."""
         self._gateway_address = gateway_address
         self._ensure_listener = ensure_listener
+        self._log_topic = log_topic
+
+    def _gateway_broker(self) -> dict[str, Any]:
+        host, port = self._gateway_address
+        return {"node_id": GATEWAY_NODE_ID, "host": host, "port": port, "rack": None}
+
+    def _with_log_topic(self, version: int, body: dict[str, Any], answer: dict[str, Any]) -> Any:
+        if self._log_topic is None:
+            return answer
+        wanted = body.get("topics")
+        everything = wanted is None or (version == 0 and not wanted)
+        return with_log_topic(answer, everything, self._log_topic, self._gateway_broker())
 
     def connection(self, link: ClientLink, address: Address) -> BrokerConnection:
         connection = link.brokers.get(address)
@@ -733,10 +824,11 @@ class Upstream:
         """Whether a request of ``api_key`` is this module's to serve (forwarded or refused)."""
         return api_key in FORWARDED or api_key in TRANSACTIONAL or api_key == codec.METADATA
 
-    async def serve(self, link: ClientLink, frame: bytes) -> bytes | None:
+    async def serve(self, link: ClientLink, frame: bytes) -> bytes | Literal[Route.LOCAL] | None:
         """The framed answer to a request frame (without its size prefix) of an API that
-        :meth:`routes`; None when Kafka sends none. Raises FrameError to close the client's
-        connection (bad input, or an admin request whose broker is away)."""
+        :meth:`routes`; None when Kafka sends none; :data:`LOCAL` for a request of the log
+        topic alone, which the gateway answers as without an upstream. Raises FrameError to
+        close the client's connection (bad input, or an admin request whose broker is away)."""
         api_key, version, correlation_id = codec.peek_header(frame)
         readable = codec.readable_versions(api_key)
         assert readable is not None
@@ -750,6 +842,12 @@ class Upstream:
                 api_key, body, TRANSACTIONAL_ID_AUTHORIZATION_FAILED, TRANSACTIONS_REFUSED
             )
             return codec.encode_response(api_key, version, correlation_id, answer)
+        if (
+            api_key in (codec.FETCH, codec.LIST_OFFSETS)
+            and self._log_topic is not None
+            and only_log_topic(api_key, body)
+        ):
+            return LOCAL
         old = UPCONVERTED.get(api_key)
         if old is not None and version <= old[0]:
             return await self._serve_up_converted(
@@ -767,6 +865,7 @@ class Upstream:
             answer = codec.plain(decoded)
             await self._learn(answer)
             rewritten = rewrite_brokers(answer, await self.listeners())
+            rewritten = self._with_log_topic(version, body, rewritten)
             return codec.encode_response(api_key, version, correlation_id, rewritten)
         return struct.pack(">i", len(response)) + response
 
@@ -831,6 +930,7 @@ class Upstream:
                 brokers = [{"node_id": node_id, "host": host, "port": port, "rack": None}]
             controller = self.controller_id if self.brokers else brokers[0]["node_id"]
             answer = unavailable_metadata(body, brokers, self.cluster_id, controller, self.topics)
+            answer = self._with_log_topic(version, body, answer)
             return codec.encode_response(api_key, version, correlation_id, answer)
         try:
             answer = error_answer(api_key, body, unavailable_error(api_key, failure), str(failure))
