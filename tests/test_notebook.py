@@ -109,3 +109,52 @@ def test_offsets_history_notebook(demo_warehouse: Path, tmp_path: Path) -> None:
     assert sorted(int(r["partition"]) for r in lag) == list(range(6))
     assert all(int(r["lag"]) >= 0 for r in lag)
     assert (tmp_path / "offsets_history.ipynb").stat().st_size < 1_000_000
+
+
+@pytest.mark.slow
+def test_offsets_history_notebook_asks_the_upstream_for_the_log_ends(
+    demo_warehouse: Path, tmp_path: Path
+) -> None:
+    """With ``--upstream`` the lag plot's log ends come from a real cluster (noida-db) by
+    ListOffsets by time: the demo's topic is produced there as the demo's samples say (the
+    messages up to each sample's log end stamped just before it), so the cluster's log end at
+    a time is the file's."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from coordinator import notebook
+    from coordinator.admin.topic_offsets import TopicOffsets
+    from coordinator.stream import demo
+    from tests.upstream_support import noida_broker
+
+    samples = TopicOffsets.read(demo_warehouse / demo.TOPIC_OFFSETS).to_table().to_pylist()
+    server = noida_broker()
+    try:
+        bootstrap = f"127.0.0.1:{server.port}"
+        admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+        [created] = admin.create_topics([NewTopic(demo.TOPIC, demo.PARTITIONS, 1)]).values()
+        created.result(60)
+        producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "log_level": 0})
+        ends = dict.fromkeys(range(demo.PARTITIONS), 0)
+        for sample in sorted(samples, key=lambda s: (s["timestamp_ms"], s["partition"])):
+            p = sample["partition"]
+            for _ in range(ends[p], sample["log_end_offset"]):
+                producer.produce(
+                    demo.TOPIC, b"m", partition=p, timestamp=sample["timestamp_ms"] - 1
+                )
+            ends[p] = max(ends[p], sample["log_end_offset"])
+        assert producer.flush(60) == 0
+
+        executed = notebook.execute(demo_warehouse, upstream=bootstrap)
+    finally:
+        server.stop()
+    cells = {tag: cell for cell in executed.cells for tag in cell.metadata.get("tags", [])}
+    printed = "".join(o.get("text", "") for o in cells["parameters"].outputs)
+    assert f"log offsets:   the upstream cluster at {bootstrap} (ListOffsets)" in printed
+    assert [o for o in cells["lag"].outputs if "image/png" in o.get("data", {})]
+    lag = displayed_table(cells["lag"])
+    assert sorted(int(r["partition"]) for r in lag) == list(range(demo.PARTITIONS))
+    for row in lag:
+        end = int(row["log_end_offset"])
+        assert 0 <= end <= ends[int(row["partition"])]
+        assert int(row["lag"]) == end - int(row["committed_offset"]) >= 0
