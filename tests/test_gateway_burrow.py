@@ -218,19 +218,25 @@ def test_burrow_evaluates_the_lag_of_our_groups(
             [binary, "--config-dir", str(root)], stdout=out, stderr=subprocess.STDOUT, cwd=root
         )
     try:
+        per_partition = MESSAGES // PARTITIONS
+        expected = [(p, per_partition - 10 - p) for p in range(PARTITIONS)]
+        seen: list[Any] = []
 
         def lag() -> Any:
             assert burrow.poll() is None, log.read_text()[-4000:]
             answer = http_json(http, f"/v3/kafka/gateway/consumer/{group}/lag")
             status = (answer or {}).get("status") or {}
-            return status if len(status.get("partitions") or []) == PARTITIONS else None
+            seen[:] = [status]
+            lags = sorted(
+                (p["partition"], p["current_lag"]) for p in status.get("partitions") or []
+            )
+            return status if lags == expected else None
 
-        status = until(lag, "Burrow's lag of the group")
-        per_partition = MESSAGES // PARTITIONS
-        assert sorted((p["partition"], p["current_lag"]) for p in status["partitions"]) == [
-            (p, per_partition - 10 - p) for p in range(PARTITIONS)
-        ]
-        assert status["totallag"] == sum(per_partition - 10 - p for p in range(PARTITIONS))
+        try:
+            status = until(lag, f"Burrow's lag of the group {expected}")
+        except AssertionError as late:
+            raise AssertionError(f"{late}; last seen: {seen}") from None
+        assert status["totallag"] == sum(lag for _, lag in expected)
         ends = http_json(http, f"/v3/kafka/gateway/topic/{topic}")
         assert ends["offsets"] == [per_partition] * PARTITIONS  # asked of noida-db
         consumers = http_json(http, "/v3/kafka/gateway/consumer")
