@@ -120,6 +120,16 @@ def _highest(theirs: tuple[int, int] | None, ours: tuple[int, int], what: str, w
     )
 
 
+def _needs_kio() -> None:
+    try:
+        import kio  # noqa: F401  # the codec: Kafka's message specs
+    except ImportError:
+        raise TopicOffsetsError(
+            "asking an upstream cluster needs the gateway extra (kio): "
+            "pip install 'kafka-group-coordinator[gateway]'"
+        ) from None
+
+
 def sample_times(times_ms: Iterable[int], points: int = 60) -> list[int]:
     """When to sample the log end for a lag plot over ``times_ms`` (a group's commits): each of
     them (lag right after a commit) and ``points`` evenly spread over their span (lag growing
@@ -145,6 +155,7 @@ class UpstreamOffsets:
     ) -> None:
         if not bootstrap:
             raise TopicOffsetsError("no upstream bootstrap server given")
+        _needs_kio()
         self.bootstrap = list(bootstrap)
         self.timeout_s = timeout_s
         self.connect_timeout_s = connect_timeout_s
@@ -160,6 +171,7 @@ class UpstreamOffsets:
     @classmethod
     def from_servers(cls, servers: str, **options: Any) -> UpstreamOffsets:
         """From Kafka's ``bootstrap.servers`` form, ``HOST:PORT[,HOST:PORT...]``."""
+        _needs_kio()
         from coordinator.gateway.upstream import parse_bootstrap
 
         try:
