@@ -136,6 +136,30 @@ def test_old_fetch_is_asked_at_v4_and_down_converted_from_the_offset_asked(
 
 
 @pytest.mark.parametrize(
+    ("version", "limit", "expected"),
+    [
+        (2, 38, [11]),  # v0-v2: a hard limit, whole messages only (magic 1: 38 bytes each)
+        (1, 30, [11]),  # magic 0: 30 bytes (no timestamp)
+        (0, 29, []),
+        (3, 10, [11]),  # v3: one message at least
+        (3, 2 * 38 + 2, [11, 12]),
+    ],
+)
+def test_old_fetch_answers_whole_messages_within_the_partition_limit(
+    wire: Wire, version: int, limit: int, expected: list[int]
+) -> None:
+    cls = getattr(fetch, f"FetchRequest_v{version}")
+    fields: dict[str, Any] = {"replica_id": -1, "max_wait_time": 10, "min_bytes": 1}
+    if version == 3:
+        fields["max_bytes"] = 1 << 20
+    answer = wire.send(cls(topics=[("t", [(0, 11, limit)])], **fields))
+    records = answer.topics[0][1][0][3]
+    assert len(records) <= limit or version == 3
+    read = read_message_set(records, 0 if version <= 1 else 1)
+    assert [offset for offset, *_ in read] == expected
+
+
+@pytest.mark.parametrize(
     ("timestamp", "max_offsets", "expected"),
     [(-1, 1, [STUB_LOG_END]), (-2, 1, [STUB_LOG_START]), (T1, 1, [STUB_TIME_OFFSET]), (-1, 0, [])],
     ids=["latest", "earliest", "time", "none-asked"],
@@ -192,7 +216,8 @@ def test_a_codec_that_cannot_be_read_is_answered_unsupported_compression() -> No
     struct.pack_into(">h", snappy, 21, 2)
     with pytest.raises(UnsupportedCompression, match="snappy"):
         decode_records(bytes(snappy))
-    request = {"topics": [{"topic": "t", "partitions": [{"partition": 0, "fetch_offset": 10}]}]}
+    asked = {"partition": 0, "fetch_offset": 10, "partition_max_bytes": 1 << 20}
+    request = {"topics": [{"topic": "t", "partitions": [asked]}]}
     answer = {
         "throttle_time": 0,
         "responses": [

@@ -64,6 +64,7 @@ from coordinator.gateway import codec
 from coordinator.gateway.codec import FrameError
 from coordinator.gateway.log_topic import LOG_TOPIC
 from coordinator.gateway.record_batch import (
+    LogRecord,
     UnsupportedCompression,
     decode_records,
     encode_message_set,
@@ -504,11 +505,14 @@ def down_converted_fetch(
 ) -> dict[str, Any]:
     """A Fetch v4 answer (plain data) as Fetch ``version`` (v0-v3) answers the same request: each
     partition's records as a message set of :func:`fetch_magic`, from the offset it asked for
-    (Kafka's ``RecordsUtil.downConvert``). A partition whose records cannot be read (a codec
-    this gateway cannot decompress) is answered UNSUPPORTED_COMPRESSION_TYPE."""
+    (Kafka's ``RecordsUtil.downConvert``), whole messages only, within the partition's
+    ``partition_max_bytes`` (message sets are larger than batches of the same records): a hard
+    limit for v0-v2, at least one message from v3 (Kafka's ``minOneMessage``). A partition
+    whose records cannot be read (a codec this gateway cannot decompress) is answered
+    UNSUPPORTED_COMPRESSION_TYPE."""
     magic = fetch_magic(version)
     asked = {
-        (t["topic"], p["partition"]): p["fetch_offset"]
+        (t["topic"], p["partition"]): (p["fetch_offset"], p["partition_max_bytes"])
         for t in request["topics"]
         for p in t["partitions"]
     }
@@ -518,16 +522,26 @@ def down_converted_fetch(
         for p in t["partitions"]:
             records, error = p.get("records") or b"", p["error_code"]
             if records:
-                start = asked.get((t["topic"], p["partition_index"]), 0)
+                start, limit = asked.get((t["topic"], p["partition_index"]), (0, 2**31 - 1))
                 try:
                     kept = [r for r in decode_records(records) if r.offset >= start]
-                    records = encode_message_set(kept, magic)
                 except UnsupportedCompression as exc:
                     log.warning("Fetch v%s of %s: %s", version, t["topic"], exc)
-                    records, error = b"", UNSUPPORTED_COMPRESSION_TYPE
+                    kept, error = [], UNSUPPORTED_COMPRESSION_TYPE
+                records = _message_set_within(kept, magic, limit, min_one=version >= 3)
             partitions.append({**p, "error_code": error, "records": records})
         topics.append({**t, "partitions": partitions})
     return {**answer, "responses": topics}
+
+
+def _message_set_within(records: list[LogRecord], magic: int, limit: int, min_one: bool) -> bytes:
+    out = bytearray()
+    for record in records:
+        message = encode_message_set([record], magic)
+        if len(out) + len(message) > limit and (out or not min_one):
+            break
+        out += message
+    return bytes(out)
 
 
 def down_converted_list_offsets(request: dict[str, Any], answer: dict[str, Any]) -> dict[str, Any]:
