@@ -47,6 +47,8 @@ LONGEST_FIRST = (
     "test_stream_cluster.py",
     "test_stream_rebuild_job.py",
     "test_stream_retention.py",
+    "test_gateway_burrow.py",
+    "test_gateway_go_clients.py",
 )
 
 
