@@ -88,6 +88,45 @@ REQUESTS: dict[int, dict[str, Any]] = {
         ],
         "forgotten_topics_data": [],
     },
+    codec.SASL_HANDSHAKE: {"mechanism": "PLAIN"},
+    codec.SASL_AUTHENTICATE: {"auth_bytes": b"\0u\0p"},
+    codec.DESCRIBE_ACLS: {
+        "resource_type_filter": 1,
+        "resource_name_filter": None,
+        "pattern_type_filter": 1,
+        "principal_filter": None,
+        "host_filter": None,
+        "operation": 1,
+        "permission_type": 1,
+    },
+    codec.CREATE_ACLS: {
+        "creations": [
+            {
+                "resource_type": 3,
+                "resource_name": "g",
+                "resource_pattern_type": 3,
+                "principal": "User:alice",
+                "host": "*",
+                "operation": 3,
+                "permission_type": 3,
+            }
+        ]
+    },
+    codec.DELETE_ACLS: {
+        "filters": [
+            {
+                "resource_type_filter": 3,
+                "resource_name_filter": "g",
+                "pattern_type_filter": 3,
+                "principal_filter": None,
+                "host_filter": None,
+                "operation": 1,
+                "permission_type": 1,
+            }
+        ]
+    },
+    codec.DESCRIBE_USER_SCRAM_CREDENTIALS: {"users": None},
+    codec.ALTER_USER_SCRAM_CREDENTIALS: {"deletions": [], "upsertions": []},
     codec.PRODUCE: {
         "acks": -1,
         "timeout": 1000,

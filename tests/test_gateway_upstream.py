@@ -469,8 +469,10 @@ def _gateway_args(*argv: str) -> argparse.Namespace:
 
 def test_settings_the_gateway_does_not_serve_are_refused_by_name(tmp_path: Path):
     conf = tmp_path / "gateway.properties"
-    conf.write_text("upstream.bootstrap.servers=127.0.0.1:1\nupstream.security.protocol=SSL\n")
-    with pytest.raises(ValueError, match=r"not a gateway setting: upstream\.security\.protocol"):
+    conf.write_text(
+        "upstream.bootstrap.servers=127.0.0.1:1\nupstream.sasl.kerberos.service.name=kafka\n"
+    )
+    with pytest.raises(ValueError, match=r"not a gateway setting: upstream\.sasl\.kerberos"):
         run(_gateway_args("--gateway-conf", str(conf)))
 
 

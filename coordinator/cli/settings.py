@@ -8,12 +8,21 @@ from coordinator.config import CoordinatorConfig
 
 
 def read_properties(path: str | Path) -> dict[str, str]:
-    """``key=value`` lines (``#`` and ``!`` comments, blank lines ignored), as Java reads them."""
+    """``key=value`` lines (``#`` and ``!`` comments, blank lines ignored), as Java reads them;
+    a line ending in an odd number of backslashes continues on the next, whose leading
+    whitespace is dropped (how Kafka's PEM and JAAS values span lines)."""
     values: dict[str, str] = {}
-    for number, raw in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
+    lines = Path(path).read_text(encoding="utf-8").splitlines()
+    number = 0
+    while number < len(lines):
+        raw = lines[number]
+        number += 1
         line = raw.strip()
         if not line or line[0] in "#!":
             continue
+        while (len(line) - len(line.rstrip("\\"))) % 2 == 1 and number < len(lines):
+            line = line[:-1] + lines[number].lstrip()
+            number += 1
         for sep in ("=", ":"):
             if sep in line:
                 key, value = line.split(sep, 1)

@@ -148,6 +148,8 @@ def run(args: argparse.Namespace) -> int:
     from coordinator.gateway.forwarding import JobBackend
     from coordinator.gateway.server import Gateway
     from coordinator.gateway.server import run as serve
+    from coordinator.security.settings import is_security_setting
+    from coordinator.security.settings import parse as parse_security
 
     host, sep, port = args.listen.rpartition(":")
     if not sep or not port.isdigit():
@@ -155,15 +157,21 @@ def run(args: argparse.Namespace) -> int:
     topics: dict[str, int] = {}
     conf = Path(args.gateway_conf) if args.gateway_conf else DEFAULT_PROPERTIES
     properties = read_properties(conf) if args.gateway_conf or conf.exists() else {}
-    unknown = sorted(set(properties) - GATEWAY_SETTINGS)
+    unknown = sorted(
+        k for k in properties if k not in GATEWAY_SETTINGS and not is_security_setting(k)
+    )
     if unknown:
         raise ValueError(
             f"{conf}: not a gateway setting: {', '.join(unknown)} "
-            f"(the gateway reads {', '.join(sorted(GATEWAY_SETTINGS))})"
+            f"(the gateway reads {', '.join(sorted(GATEWAY_SETTINGS))} and the security "
+            "settings listed in the README)"
         )
+    security_settings = parse_security(properties)
+    if security_settings.listener is not None:  # Kafka's listeners replaces --listen
+        host, port = security_settings.listener.host, str(security_settings.listener.port)
     topics.update(parse_topics(properties.get("topics", "").split(",")))
     topics.update(parse_topics(args.topic))
-    upstream = _upstream(args, properties)
+    upstream = _upstream(args, properties, security_settings)
     if upstream is not None and topics:
         raise ValueError(
             "--topic and topics are for the gateway without an upstream: with --upstream the "
@@ -189,6 +197,16 @@ def run(args: argparse.Namespace) -> int:
     max_request_bytes = args.max_request_bytes or (
         UPSTREAM_MAX_REQUEST_BYTES if upstream is not None else 1_048_576
     )
+    from coordinator.gateway.security.session import GatewaySecurity
+    from coordinator.security.store import SecurityStore
+
+    warehouse = args.warehouse or args.log_warehouse
+    if warehouse is None and security_settings.authorizer:
+        log.warning(
+            "ACLs and SCRAM credentials are kept in memory only: give the gateway a warehouse "
+            "(--log-warehouse or --warehouse) to keep them"
+        )
+    security = GatewaySecurity(security_settings, SecurityStore(warehouse))
     gateway = Gateway(
         backend,
         topics,
@@ -197,6 +215,7 @@ def run(args: argparse.Namespace) -> int:
         max_request_bytes=max_request_bytes,
         metrics=None if exporter is None else exporter.gateway,
         upstream=upstream,
+        security=security,
     )
     where = f"the job on {args.warehouse}" if args.warehouse else "the embedded engine"
     if upstream is not None:
@@ -209,7 +228,8 @@ def run(args: argparse.Namespace) -> int:
             exporter.readiness.set_ready()
         shown = "the upstream's" if upstream is not None else topics
         print(
-            f"coordinator gateway listening on {host}:{gateway.port} ({where}), topics {shown}",
+            f"coordinator gateway listening on {host}:{gateway.port} ({where}), topics {shown}, "
+            f"{security.protocol}",
             flush=True,
         )
 
@@ -227,8 +247,11 @@ def run(args: argparse.Namespace) -> int:
             exporter.close()
 
 
-def _upstream(args: argparse.Namespace, properties: dict[str, str]) -> Any:
-    """The upstream cluster of ``--upstream`` (or ``upstream.bootstrap.servers``), or None."""
+def _upstream(args: argparse.Namespace, properties: dict[str, str], security: Any) -> Any:
+    """The upstream cluster of ``--upstream`` (or ``upstream.bootstrap.servers``), or None;
+    reached with the gateway's own ``upstream.security.protocol``, ``upstream.sasl.*`` and
+    ``upstream.ssl.*``."""
+    from coordinator.gateway.security.client import UpstreamCredentials
     from coordinator.gateway.upstream import DEFAULT_REQUEST_TIMEOUT_MS, Upstream, parse_bootstrap
 
     servers = args.upstream or properties.get("upstream.bootstrap.servers", "")
@@ -238,8 +261,14 @@ def _upstream(args: argparse.Namespace, properties: dict[str, str]) -> Any:
     if not servers.strip():
         if args.upstream_request_timeout_ms is not None:
             raise ValueError("--upstream-request-timeout-ms needs --upstream")
+        if security.upstream.protocol != "PLAINTEXT":
+            raise ValueError("upstream.security.protocol needs an upstream (--upstream)")
         return None
-    return Upstream(parse_bootstrap(servers), request_timeout_ms=timeout_ms)
+    return Upstream(
+        parse_bootstrap(servers),
+        request_timeout_ms=timeout_ms,
+        credentials=UpstreamCredentials.from_settings(security.upstream),
+    )
 
 
 async def _serve_while_owner(gateway: Any, serve: Any, on_ready: Any) -> None:

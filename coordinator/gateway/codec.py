@@ -41,11 +41,16 @@ PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3
 OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR, JOIN_GROUP = 8, 9, 10, 11
 HEARTBEAT, LEAVE_GROUP, SYNC_GROUP, DESCRIBE_GROUPS, LIST_GROUPS = 12, 13, 14, 15, 16
 API_VERSIONS, DELETE_GROUPS, OFFSET_DELETE = 18, 42, 47
+SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
+DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS = 29, 30, 31
+DESCRIBE_USER_SCRAM_CREDENTIALS, ALTER_USER_SCRAM_CREDENTIALS = 50, 51
 
 #: What the gateway advertises: (min, max) per API key. Every version Kafka 3.9 serves, from its
 #: floor (older clients still send the versions Kafka 4 removed, KIP-896); the group APIs up to
 #: the versions Kafka's classic coordinator serves; ListOffsets, Fetch and Produce only as far up
-#: as real clients need them (Fetch 13+ carries topic ids; kafka-clients-notes 3).
+#: as real clients need them (Fetch 13+ carries topic ids; kafka-clients-notes 3). The security
+#: APIs as Kafka 4 serves them (ACL v0, without pattern types, is gone), answered by
+#: :mod:`coordinator.gateway.security`.
 SUPPORTED: dict[int, tuple[int, int]] = {
     PRODUCE: (0, 9),
     FETCH: (0, 12),
@@ -63,6 +68,13 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     API_VERSIONS: (0, 4),
     DELETE_GROUPS: (0, 2),
     OFFSET_DELETE: (0, 0),
+    SASL_HANDSHAKE: (0, 1),
+    SASL_AUTHENTICATE: (0, 2),
+    DESCRIBE_ACLS: (1, 3),
+    CREATE_ACLS: (1, 3),
+    DELETE_ACLS: (1, 3),
+    DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),
+    ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
 }
 
 

@@ -34,6 +34,8 @@ from coordinator.gateway import apis, codec
 from coordinator.gateway.backend import Backend, cannot_serve
 from coordinator.gateway.codec import FrameError
 from coordinator.gateway.log_topic import LOG_TOPIC, LogTopic, for_backend
+from coordinator.gateway.security import enforce
+from coordinator.gateway.security.session import GatewaySecurity, Session
 from coordinator.gateway.upstream import LOCAL, ClientLink, LogTopicShape, Upstream
 
 if TYPE_CHECKING:
@@ -61,8 +63,12 @@ class Gateway:
         log_topic: LogTopic | None = None,
         metrics: GatewayMetrics | None = None,
         upstream: Upstream | None = None,
+        security: GatewaySecurity | None = None,
     ) -> None:
         self.backend = backend
+        #: TLS, authentication and ACLs (:mod:`coordinator.gateway.security`); by default a
+        #: PLAINTEXT listener with no authorizer, as a Kafka broker without security settings.
+        self.security = security if security is not None else GatewaySecurity()
         #: ``__consumer_offsets``: by default the back end's warehouse log (empty without one).
         self.log_topic = log_topic if log_topic is not None else for_backend(backend)
         self.topics = dict(topics)
@@ -93,7 +99,10 @@ class Gateway:
         """Listen, then start the back end; connections meanwhile get LOAD_IN_PROGRESS for
         group APIs (module doc). Returns once ready."""
         self._server = await asyncio.start_server(
-            functools.partial(self._connection, None), self.host, self.port
+            functools.partial(self._connection, None),
+            self.host,
+            self.port,
+            ssl=self.security.ssl_context,
         )
         self.port = self._server.sockets[0].getsockname()[1]
         node = CoordinatorNode(0, self.host, self.port)
@@ -122,7 +131,10 @@ class Gateway:
             if server is None:
                 port = 0 if self._listen_port == 0 else self._listen_port + 1 + node_id
                 server = await asyncio.start_server(
-                    functools.partial(self._connection, node_id), self.host, port
+                    functools.partial(self._connection, node_id),
+                    self.host,
+                    port,
+                    ssl=self.security.ssl_context,
                 )
                 self._broker_servers[node_id] = server
                 log.info(
@@ -173,8 +185,9 @@ class Gateway:
         peer = writer.get_extra_info("peername")
         client_host = f"/{peer[0]}" if isinstance(peer, tuple) else "/unknown"
         link = ClientLink(node_id)
+        session = self.security.open_session(peer, writer.get_extra_info("ssl_object"))
         try:
-            await self._serve(reader, writer, client_host, link)
+            await self._serve(reader, writer, client_host, link, session)
         except FrameError as exc:
             self.closed_for_bad_input += 1
             bad_input = True
@@ -202,6 +215,7 @@ class Gateway:
         writer: asyncio.StreamWriter,
         client_host: str,
         link: ClientLink,
+        session: Session,
     ) -> None:
         metrics = self.metrics
         upstream = self.upstream
@@ -215,9 +229,18 @@ class Gateway:
             async with asyncio.timeout(self.idle_timeout_s):
                 frame = await reader.readexactly(size)
             started = time.perf_counter()
+            if not session.authenticated:  # SASL: ApiVersions and the exchange only
+                outcome = session.receive(frame)
+                if outcome.reply is not None:
+                    writer.write(outcome.reply)
+                    await writer.drain()
+                if outcome.close:
+                    return
+                if not outcome.serve:
+                    continue
             api_key = codec.peek_header(frame)[0]
             if upstream is not None and upstream.routes(api_key):
-                forwarded = await upstream.serve(link, frame)
+                forwarded = await upstream.serve(link, frame, session)
                 if forwarded is not LOCAL:  # LOCAL: the log topic, answered below
                     if metrics is not None:  # the broker's answer is passed on, not decoded
                         metrics.answered(api_key, None, time.perf_counter() - started)
@@ -226,7 +249,7 @@ class Gateway:
                         await writer.drain()
                     continue
             request = codec.decode_request(frame)
-            answer = await apis.dispatch(self._ctx, request, client_host)
+            answer = await enforce.dispatch(self._ctx, request, client_host, session)
             if answer is None:
                 if metrics is not None:
                     metrics.answered(request.api_key, None, time.perf_counter() - started)

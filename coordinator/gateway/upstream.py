@@ -58,7 +58,7 @@ import struct
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from coordinator.gateway import codec
 from coordinator.gateway.codec import FrameError
@@ -70,6 +70,11 @@ from coordinator.gateway.record_batch import (
     encode_message_set,
     fetch_magic,
 )
+
+if TYPE_CHECKING:
+    from coordinator.gateway.security.client import UpstreamCredentials
+    from coordinator.gateway.security.forwarded import Decision
+    from coordinator.gateway.security.session import Session
 
 log = logging.getLogger(__name__)
 
@@ -578,8 +583,10 @@ class BrokerConnection:
         *,
         connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
         request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_MS / 1000,
+        credentials: UpstreamCredentials | None = None,
     ) -> None:
         self.address = address
+        self.credentials = credentials
         self.connect_timeout_s = connect_timeout_s
         self.request_timeout_s = request_timeout_s
         self._ids = itertools.count(1)
@@ -596,10 +603,18 @@ class BrokerConnection:
             if self._writer is not None and not self._writer.is_closing():
                 return self._writer
             host, port = self.address
+            credentials = self.credentials
+            context = None if credentials is None else credentials.ssl_context
             try:
                 async with asyncio.timeout(self.connect_timeout_s):
-                    reader, writer = await asyncio.open_connection(host, port)
-            except (OSError, TimeoutError) as exc:
+                    reader, writer = await asyncio.open_connection(
+                        host, port, ssl=context, server_hostname=host if context else None
+                    )
+                    if credentials is not None and credentials.mechanism is not None:
+                        from coordinator.gateway.security.client import authenticate
+
+                        await authenticate(reader, writer, credentials)
+            except Exception as exc:  # refused, TLS or SASL refused, silent, or garbled
                 raise UpstreamUnavailable(f"{host}:{port} unreachable: {exc!r}") from exc
             self._writer = writer
             self._reader_task = asyncio.create_task(self._read(reader, writer))
@@ -694,8 +709,11 @@ class Upstream:
         *,
         request_timeout_ms: int = DEFAULT_REQUEST_TIMEOUT_MS,
         connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
+        credentials: UpstreamCredentials | None = None,
     ) -> None:
         self.bootstrap = list(bootstrap)
+        #: the gateway's own TLS and SASL towards the upstream (None: plaintext)
+        self.credentials = credentials
         self.request_timeout_s = request_timeout_ms / 1000
         self.connect_timeout_s = connect_timeout_s
         #: node id -> the broker's own address (from the last Metadata)
@@ -741,6 +759,7 @@ class Upstream:
                 address,
                 connect_timeout_s=self.connect_timeout_s,
                 request_timeout_s=self.request_timeout_s,
+                credentials=self.credentials,
             )
             link.brokers[address] = connection
         return connection
@@ -838,11 +857,15 @@ class Upstream:
         """Whether a request of ``api_key`` is this module's to serve (forwarded or refused)."""
         return api_key in FORWARDED or api_key in TRANSACTIONAL or api_key == codec.METADATA
 
-    async def serve(self, link: ClientLink, frame: bytes) -> bytes | Literal[Route.LOCAL] | None:
+    async def serve(
+        self, link: ClientLink, frame: bytes, session: Session | None = None
+    ) -> bytes | Literal[Route.LOCAL] | None:
         """The framed answer to a request frame (without its size prefix) of an API that
         :meth:`routes`; None when Kafka sends none; :data:`LOCAL` for a request of the log
         topic alone, which the gateway answers as without an upstream. Raises FrameError to
-        close the client's connection (bad input, or an admin request whose broker is away)."""
+        close the client's connection (bad input, or an admin request whose broker is away).
+        With ACLs enforced, only what ``session``'s principal may do is forwarded
+        (:mod:`coordinator.gateway.security.forwarded`)."""
         api_key, version, correlation_id = codec.peek_header(frame)
         readable = codec.readable_versions(api_key)
         assert readable is not None
@@ -861,11 +884,30 @@ class Upstream:
             and self._log_topic is not None
             and only_log_topic(api_key, body)
         ):
-            return LOCAL
+            return LOCAL  # authorized by the gateway's own dispatch
+        decision = None
+        if session is not None and session.security.enforcing:
+            from coordinator.gateway.security import forwarded
+
+            names = {str(shape.topic_id): name for name, shape in self.topics.items()}
+            decision = forwarded.guard(session, api_key, version, body, names)
+            if decision.forward is None:
+                assert decision.refused is not None
+                return codec.encode_response(api_key, version, correlation_id, decision.refused)
+            if decision.changed:
+                frame = codec.encode_request(
+                    api_key, version, correlation_id, decision.forward, request.client_id
+                )[4:]
         old = UPCONVERTED.get(api_key)
         if old is not None and version <= old[0]:
             return await self._serve_up_converted(
-                link, api_key, version, correlation_id, request.client_id, body
+                link,
+                api_key,
+                version,
+                correlation_id,
+                request.client_id,
+                body if decision is None else decision.forward or body,
+                decision,
             )
         expect = not (api_key == codec.PRODUCE and body.get("acks") == 0)
         try:
@@ -880,7 +922,19 @@ class Upstream:
             await self._learn(answer)
             rewritten = rewrite_brokers(answer, await self.listeners())
             rewritten = self._with_log_topic(version, body, rewritten)
+            if decision is not None and session is not None:
+                from coordinator.gateway.security import enforce, forwarded
+
+                rewritten = enforce.filter_metadata(session, version, body, rewritten)
+                rewritten = forwarded.named_denied_metadata(session, version, body, rewritten)
             return codec.encode_response(api_key, version, correlation_id, rewritten)
+        if decision is not None and decision.refused is not None:
+            from coordinator.gateway.security import forwarded
+
+            _, decoded = codec.decode_response(api_key, version, response)
+            merged = forwarded.merge(decision, codec.plain(decoded))
+            assert merged is not None
+            return codec.encode_response(api_key, version, correlation_id, merged)
         return struct.pack(">i", len(response)) + response
 
     async def _serve_up_converted(
@@ -891,9 +945,11 @@ class Upstream:
         correlation_id: int,
         client_id: str | None,
         body: dict[str, Any],
+        decision: Decision | None = None,
     ) -> bytes:
         """An old Fetch or ListOffsets asked upstream at :data:`UPCONVERTED`'s version, its answer
-        down-converted to the client's version (module docstring)."""
+        down-converted to the client's version (module docstring), with the part
+        ``decision`` refused (ACLs) merged in."""
         asked = UPCONVERTED[api_key][1]
         upgraded = up_converted_request(api_key, body)
         frame = codec.encode_request(api_key, asked, correlation_id, upgraded, client_id=client_id)
@@ -908,6 +964,10 @@ class Upstream:
             answer = down_converted_fetch(version, body, answer)
         else:
             answer = down_converted_list_offsets(body, answer)
+        if decision is not None and decision.refused is not None:
+            from coordinator.gateway.security import forwarded
+
+            answer = forwarded.merge(decision, answer) or answer
         return codec.encode_response(api_key, version, correlation_id, answer)
 
     async def _forward(self, link: ClientLink, frame: bytes, expect: bool) -> bytes | None:
