@@ -40,17 +40,53 @@ def make_certificates(directory: Path) -> Certificates:
     CLIENT_SUBJECT (``client.key``, ``client.pem``); EC P-256 keys."""
     directory.mkdir(parents=True, exist_ok=True)
     ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
-    _openssl("req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.pem", "-days", "2",
-             "-subj", "/CN=Test CA", cwd=directory)
+    _openssl(
+        "req",
+        "-x509",
+        *ec,
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=Test CA",
+        cwd=directory,
+    )
     (directory / "san.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
     for name, subject, extra in (
         ("server", "/CN=localhost", ["-extfile", "san.ext"]),
         ("client", CLIENT_SUBJECT, []),
     ):
-        _openssl("req", *ec, "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", subject,
-                 cwd=directory)
-        _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
-                 "-CAcreateserial", "-out", f"{name}.crt", "-days", "2", *extra, cwd=directory)
+        _openssl(
+            "req",
+            *ec,
+            "-keyout",
+            f"{name}.key",
+            "-out",
+            f"{name}.csr",
+            "-subj",
+            subject,
+            cwd=directory,
+        )
+        _openssl(
+            "x509",
+            "-req",
+            "-in",
+            f"{name}.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            f"{name}.crt",
+            "-days",
+            "2",
+            *extra,
+            cwd=directory,
+        )
         key = (directory / f"{name}.key").read_text()
         cert = (directory / f"{name}.crt").read_text()
         (directory / f"{name}.pem").write_text(key + cert)

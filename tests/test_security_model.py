@@ -134,7 +134,7 @@ def test_plain_checks_the_listeners_users():
 G, T, C = ResourceType.GROUP, ResourceType.TOPIC, ResourceType.CLUSTER
 LIT, PRE = PatternType.LITERAL, PatternType.PREFIXED
 ALLOW, DENY = Permission.ALLOW, Permission.DENY
-O = Operation
+Op = Operation
 
 
 def acl(rt, name, pt, who, op, perm=ALLOW, host="*"):
@@ -142,82 +142,82 @@ def acl(rt, name, pt, who, op, perm=ALLOW, host="*"):
 
 
 def test_no_acl_is_denied_unless_allow_everyone_if_no_acl_found():
-    assert not Authorizer().authorize("User:a", "1.2.3.4", O.READ, G, "g")
-    assert Authorizer(allow_if_no_acl=True).authorize("User:a", "1.2.3.4", O.READ, G, "g")
+    assert not Authorizer().authorize("User:a", "1.2.3.4", Op.READ, G, "g")
+    assert Authorizer(allow_if_no_acl=True).authorize("User:a", "1.2.3.4", Op.READ, G, "g")
     # an ACL on the resource for someone else: no longer "no ACL found"
-    other = [acl(G, "g", LIT, "User:b", O.READ)]
-    assert not Authorizer(other, allow_if_no_acl=True).authorize("User:a", "h", O.READ, G, "g")
+    other = [acl(G, "g", LIT, "User:b", Op.READ)]
+    assert not Authorizer(other, allow_if_no_acl=True).authorize("User:a", "h", Op.READ, G, "g")
 
 
 def test_deny_wins_over_allow_and_super_users_pass_everything():
-    acls = [acl(G, "g", LIT, "User:a", O.ALL), acl(G, "g", PRE, "User:a", O.READ, DENY)]
+    acls = [acl(G, "g", LIT, "User:a", Op.ALL), acl(G, "g", PRE, "User:a", Op.READ, DENY)]
     auth = Authorizer(acls, super_users={"User:root"})
-    assert not auth.authorize("User:a", "h", O.READ, G, "g")
-    assert auth.authorize("User:a", "h", O.DELETE, G, "g")
-    assert auth.authorize("User:root", "h", O.READ, G, "g")
+    assert not auth.authorize("User:a", "h", Op.READ, G, "g")
+    assert auth.authorize("User:a", "h", Op.DELETE, G, "g")
+    assert auth.authorize("User:root", "h", Op.READ, G, "g")
 
 
 def test_operation_implications_apply_to_allow_only():
-    acls = [acl(T, "t", LIT, "User:a", op) for op in (O.WRITE,)] + [
-        acl(T, "c", LIT, "User:a", O.ALTER_CONFIGS),
-        acl(T, "d", LIT, "User:a", O.READ, DENY),
-        acl(T, "d", LIT, "User:a", O.DESCRIBE),
+    acls = [acl(T, "t", LIT, "User:a", op) for op in (Op.WRITE,)] + [
+        acl(T, "c", LIT, "User:a", Op.ALTER_CONFIGS),
+        acl(T, "d", LIT, "User:a", Op.READ, DENY),
+        acl(T, "d", LIT, "User:a", Op.DESCRIBE),
     ]
     auth = Authorizer(acls)
-    assert auth.authorize("User:a", "h", O.DESCRIBE, T, "t")
-    assert not auth.authorize("User:a", "h", O.READ, T, "t")
-    assert auth.authorize("User:a", "h", O.DESCRIBE_CONFIGS, T, "c")
-    assert not auth.authorize("User:a", "h", O.DESCRIBE, T, "c")
-    assert auth.authorize("User:a", "h", O.DESCRIBE, T, "d")  # a DENY of READ denies no DESCRIBE
-    assert not auth.authorize("User:a", "h", O.READ, T, "d")
+    assert auth.authorize("User:a", "h", Op.DESCRIBE, T, "t")
+    assert not auth.authorize("User:a", "h", Op.READ, T, "t")
+    assert auth.authorize("User:a", "h", Op.DESCRIBE_CONFIGS, T, "c")
+    assert not auth.authorize("User:a", "h", Op.DESCRIBE, T, "c")
+    assert auth.authorize("User:a", "h", Op.DESCRIBE, T, "d")  # a DENY of READ denies no DESCRIBE
+    assert not auth.authorize("User:a", "h", Op.READ, T, "d")
 
 
 def test_patterns_wildcards_principals_and_hosts():
     acls = [
-        acl(T, "orders-", PRE, "User:a", O.READ),
-        acl(T, "*", LIT, "User:*", O.DESCRIBE),
-        acl(G, "g", LIT, "User:a", O.READ, host="10.0.0.1"),
+        acl(T, "orders-", PRE, "User:a", Op.READ),
+        acl(T, "*", LIT, "User:*", Op.DESCRIBE),
+        acl(G, "g", LIT, "User:a", Op.READ, host="10.0.0.1"),
     ]
     auth = Authorizer(acls)
-    assert auth.authorize("User:a", "h", O.READ, T, "orders-eu")
-    assert not auth.authorize("User:a", "h", O.READ, T, "order")
-    assert auth.authorize("User:zed", "h", O.DESCRIBE, T, "anything")
-    assert auth.authorize("User:a", "10.0.0.1", O.READ, G, "g")
-    assert not auth.authorize("User:a", "10.0.0.2", O.READ, G, "g")
+    assert auth.authorize("User:a", "h", Op.READ, T, "orders-eu")
+    assert not auth.authorize("User:a", "h", Op.READ, T, "order")
+    assert auth.authorize("User:zed", "h", Op.DESCRIBE, T, "anything")
+    assert auth.authorize("User:a", "10.0.0.1", Op.READ, G, "g")
+    assert not auth.authorize("User:a", "10.0.0.2", Op.READ, G, "g")
 
 
 def test_authorized_operations_of_a_group():
-    auth = Authorizer([acl(G, "g", LIT, "User:a", O.READ)])
+    auth = Authorizer([acl(G, "g", LIT, "User:a", Op.READ)])
     bits = auth.authorized_operations("User:a", "h", G, "g")
-    assert bits == (1 << O.READ) | (1 << O.DESCRIBE)
+    assert bits == (1 << Op.READ) | (1 << Op.DESCRIBE)
 
 
 def test_filters_match_as_kafkas_acl_binding_filter():
-    lit = acl(T, "orders", LIT, "User:a", O.READ)
-    star = acl(T, "*", LIT, "User:a", O.READ)
-    pre = acl(T, "ord", PRE, "User:b", O.WRITE, DENY)
+    lit = acl(T, "orders", LIT, "User:a", Op.READ)
+    star = acl(T, "*", LIT, "User:a", Op.READ)
+    pre = acl(T, "ord", PRE, "User:b", Op.WRITE, DENY)
     everything = AclFilter()
     assert all(everything.matches(a) for a in (lit, star, pre))
     match = AclFilter(T, "orders", PatternType.MATCH)
     assert [a for a in (lit, star, pre) if match.matches(a)] == [lit, star, pre]
     exact = AclFilter(T, "orders", PatternType.ANY)
     assert [a for a in (lit, star, pre) if exact.matches(a)] == [lit]
-    by_entry = AclFilter(principal="User:b", operation=O.WRITE, permission=DENY)
+    by_entry = AclFilter(principal="User:b", operation=Op.WRITE, permission=DENY)
     assert [a for a in (lit, star, pre) if by_entry.matches(a)] == [pre]
     with pytest.raises(InvalidAcl):
-        AclFilter(operation=O.UNKNOWN).validate()
+        AclFilter(operation=Op.UNKNOWN).validate()
 
 
 @pytest.mark.parametrize(
     ("binding", "message"),
     [
-        (acl(ResourceType.ANY, "g", LIT, "User:a", O.READ), "Invalid resourceType"),
-        (acl(G, "g", PatternType.MATCH, "User:a", O.READ), "Invalid patternType"),
-        (acl(G, "g", LIT, "User:a", O.ANY), "Invalid operation"),
-        (acl(G, "g", LIT, "User:a", O.READ, Permission.ANY), "Invalid permissionType"),
-        (acl(C, "other", LIT, "User:a", O.ALTER), "only valid name for the CLUSTER"),
-        (acl(G, "", LIT, "User:a", O.READ), "empty resource name"),
-        (acl(G, "g", LIT, "alice", O.READ), "Could not parse principal"),
+        (acl(ResourceType.ANY, "g", LIT, "User:a", Op.READ), "Invalid resourceType"),
+        (acl(G, "g", PatternType.MATCH, "User:a", Op.READ), "Invalid patternType"),
+        (acl(G, "g", LIT, "User:a", Op.ANY), "Invalid operation"),
+        (acl(G, "g", LIT, "User:a", Op.READ, Permission.ANY), "Invalid permissionType"),
+        (acl(C, "other", LIT, "User:a", Op.ALTER), "only valid name for the CLUSTER"),
+        (acl(G, "", LIT, "User:a", Op.READ), "empty resource name"),
+        (acl(G, "g", LIT, "alice", Op.READ), "Could not parse principal"),
     ],
 )
 def test_acls_kafka_refuses_to_create(binding, message):
@@ -293,8 +293,10 @@ def test_a_sasl_ssl_listener_with_plain_and_scram():
         ({"ssl.client.auth": "required"}, "truststore"),
         ({"allow.everyone.if.no.acl.found": "yes"}, "true or false"),
         ({"upstream.sasl.mechanism": "PLAIN"}, "need upstream.security.protocol"),
-        ({"upstream.security.protocol": "SASL_SSL", "upstream.sasl.mechanism": "PLAIN"},
-         "upstream.sasl.jaas.config"),
+        (
+            {"upstream.security.protocol": "SASL_SSL", "upstream.sasl.mechanism": "PLAIN"},
+            "upstream.sasl.jaas.config",
+        ),
     ],
 )
 def test_security_settings_kafka_would_not_run_are_refused_by_name(properties, message):
@@ -307,7 +309,7 @@ def test_security_settings_kafka_would_not_run_are_refused_by_name(properties, m
 
 def test_store_keeps_acls_and_credentials_durably_and_privately(tmp_path: Path):
     store = SecurityStore(tmp_path)
-    binding = acl(G, "g", LIT, "User:a", O.READ)
+    binding = acl(G, "g", LIT, "User:a", Op.READ)
     store.add_acls([binding, binding])
     credential = ScramCredential.from_password(SCRAM_SHA_512, "pw", b"salt", 4096)
     store.alter_scram([("alice", credential)], [])
