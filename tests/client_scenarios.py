@@ -63,8 +63,11 @@ class Member:
         instance_id: str | None = None,
         topics: tuple[str, ...] = ("t",),
         on_assigned: Callable[[Member], None] | None = None,
+        options: dict[str, Any] | None = None,
     ) -> None:
         self.port, self.group, self.name = port, group, name
+        #: client settings added to the consumer's (security, in the client's own names)
+        self.options = dict(options or {})
         self.session_ms, self.instance_id, self.topics = session_ms, instance_id, topics
         self._on_assigned_hook = on_assigned
         self._lock = threading.Lock()
@@ -205,6 +208,7 @@ class KafkaPythonMember(SyncMember):
             session_timeout_ms=self.session_ms,
             heartbeat_interval_ms=HEARTBEAT_MS,
             fetch_max_wait_ms=100,
+            **self.options,
         )
         self.consumer.subscribe(list(self.topics), listener=Listener())
         # Metadata of the subscription before the first join. Otherwise a leader assigns with
@@ -280,6 +284,7 @@ class ConfluentMember(SyncMember):
             "heartbeat.interval.ms": HEARTBEAT_MS,
             "fetch.wait.max.ms": 100,
             "log_level": 0,
+            **self.options,
         }
         if self.instance_id is not None:
             conf["group.instance.id"] = self.instance_id
@@ -368,6 +373,7 @@ class AiokafkaMember(Member):
             session_timeout_ms=self.session_ms,
             heartbeat_interval_ms=HEARTBEAT_MS,
             fetch_max_wait_ms=100,
+            **self.options,
         )
         self.consumer.subscribe(list(self.topics), listener=Listener())
         await self.consumer.start()

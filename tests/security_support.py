@@ -3,15 +3,20 @@ temporary directory (never committed), and a gateway with Kafka's security setti
 
 from __future__ import annotations
 
+import itertools
+import socket
+import ssl
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from coordinator.gateway import codec
 from coordinator.gateway.security.session import GatewaySecurity
+from coordinator.security.scram import MECHANISMS, ScramClient
 from coordinator.security.settings import parse
 from coordinator.security.store import SecurityStore
-from tests.gateway_support import Running
+from tests.gateway_support import Running, read_frame
 
 CLIENT_SUBJECT = "/C=US/O=Acme, Inc/OU=eng/CN=alice"
 #: Kafka's principal for CLIENT_SUBJECT (Java's X500Principal.getName(): RFC 2253, last first).
@@ -103,3 +108,63 @@ def secured(
     settings = parse(properties)
     security = GatewaySecurity(settings, SecurityStore(warehouse, reload_interval_s=0.05))
     return Running(security=security, **options)
+
+
+class RawClient:
+    """A Kafka connection speaking through the kio codec (test side), over TLS if given a
+    context: for exact error codes and for what happens to a connection."""
+
+    def __init__(self, port: int, context: ssl.SSLContext | None = None) -> None:
+        raw = socket.create_connection(("127.0.0.1", port), timeout=10)
+        self.sock = context.wrap_socket(raw, server_hostname="127.0.0.1") if context else raw
+        self._ids = itertools.count(1)
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def send(self, frame: bytes) -> None:
+        self.sock.sendall(frame)
+
+    def read(self) -> bytes | None:
+        return read_frame(self.sock)
+
+    def call(self, api_key: int, version: int, body: dict[str, Any]) -> Any:
+        """The answer as plain data; None when the gateway closed the connection instead."""
+        self.send(codec.encode_request(api_key, version, next(self._ids), body))
+        frame = self.read()
+        if frame is None:
+            return None
+        _, answer = codec.decode_response(api_key, version, frame)
+        return codec.plain(answer)
+
+    def closed(self) -> bool:
+        """Whether the gateway has closed the connection (reads EOF)."""
+        try:
+            return self.sock.recv(1) == b""
+        except (ConnectionError, ssl.SSLError):
+            return True
+
+    def authenticate(self, mechanism: str, user: str, password: str) -> Any:
+        """SaslHandshake v1 and SaslAuthenticate v2; the last SaslAuthenticate answer."""
+        handshake = self.call(codec.SASL_HANDSHAKE, 1, {"mechanism": mechanism})
+        assert handshake["error_code"] == 0, handshake
+        if mechanism == "PLAIN":
+            token = f"\0{user}\0{password}".encode()
+            return self.call(codec.SASL_AUTHENTICATE, 2, {"auth_bytes": token})
+        client = ScramClient(MECHANISMS[mechanism], user, password, "testnonce")
+        first = self.call(codec.SASL_AUTHENTICATE, 2, {"auth_bytes": client.first()})
+        if first is None or first["error_code"]:
+            return first
+        final = self.call(
+            codec.SASL_AUTHENTICATE, 2, {"auth_bytes": client.final(first["auth_bytes"])}
+        )
+        if final is not None and final["error_code"] == 0:
+            client.verify(final["auth_bytes"])
+        return final
+
+
+def client_context(certificates: Certificates, with_certificate: bool = False) -> ssl.SSLContext:
+    context = ssl.create_default_context(cafile=certificates.ca)
+    if with_certificate:
+        context.load_cert_chain(certificates.path("client.crt"), certificates.path("client.key"))
+    return context

@@ -78,6 +78,11 @@ SUPPORTED: dict[int, tuple[int, int]] = {
 }
 
 
+#: Requests whose trailing bytes are ignored, as Kafka ignores them: librdkafka 2.16 ends its
+#: AlterUserScramCredentials with one more empty tagged-field byte than the schema has.
+TRAILING_BYTES_IGNORED = frozenset({ALTER_USER_SCRAM_CREDENTIALS})
+
+
 class FrameError(Exception):
     """A frame that cannot be served: the connection is closed (as Kafka does)."""
 
@@ -136,7 +141,7 @@ def decode_request(
         header, body, end = _read_message(api_key, api_version, "Request", frame)
     except Exception as exc:
         raise FrameError(f"API key {api_key} v{api_version} does not decode: {exc!r}") from exc
-    if end != len(frame):
+    if end != len(frame) and api_key not in TRAILING_BYTES_IGNORED:
         raise FrameError(f"{len(frame) - end} trailing bytes after the request")
     return DecodedRequest(api_key, api_version, correlation_id, header.client_id, body)
 

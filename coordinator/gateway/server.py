@@ -94,6 +94,7 @@ class Gateway:
         self.upstream = upstream
         self._broker_servers: dict[int, asyncio.Server] = {}
         self._listener_lock = asyncio.Lock()
+        self._stopping = False
 
     async def start(self) -> None:
         """Listen, then start the back end; connections meanwhile get LOAD_IN_PROGRESS for
@@ -161,6 +162,7 @@ class Gateway:
 
     async def stop(self) -> None:
         servers = [s for s in (self._server, *self._broker_servers.values()) if s is not None]
+        self._stopping = True
         for server in servers:
             server.close()
         for task in list(self._handlers):
@@ -199,7 +201,11 @@ class Gateway:
         except Exception:
             log.exception("closing %s after an internal error", client_host)
         finally:
-            writer.close()
+            if self._stopping and writer.get_extra_info("ssl_object") is not None:
+                # no TLS close_notify exchange with a client that may never answer it
+                writer.transport.abort()
+            else:
+                writer.close()
             with contextlib.suppress(Exception):
                 await link.close()
             with contextlib.suppress(Exception):
