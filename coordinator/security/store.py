@@ -167,15 +167,15 @@ class SecurityStore:
             self.generation += 1
             return
         self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-        with open(self.directory / ".lock", "a+") as lock:
+        lock = os.open(self.directory / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
             fcntl.flock(lock, fcntl.LOCK_EX)
-            try:
-                self._load()
-                yield
-                self._write()
-                self._load()
-            finally:
-                fcntl.flock(lock, fcntl.LOCK_UN)
+            self._load()
+            yield
+            self._write()
+            self._load()
+        finally:
+            os.close(lock)  # releases the lock
 
     def _write(self) -> None:
         assert self.directory is not None and self.path is not None
