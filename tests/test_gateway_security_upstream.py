@@ -1,0 +1,228 @@
+"""Upstream mode, secured at both ends: the gateway authenticates and authorizes its clients
+itself, and reaches the upstream with its own credentials (SCRAM-SHA-512 over TLS), as
+Kroxylicious does. The upstream here is another gateway acting as a secured broker (a real
+Kafka cannot be installed here): coordination only, so Produce is refused there with
+POLICY_VIOLATION, which tells a forwarded Produce from one the front gateway refused."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from coordinator.gateway import codec
+from coordinator.gateway.security.client import UpstreamCredentials
+from coordinator.gateway.upstream import Upstream
+from coordinator.security import errors
+from coordinator.security.scram import SCRAM_SHA_512, ScramCredential
+from coordinator.security.settings import parse
+from coordinator.security.store import SecurityStore
+from tests.gateway_support import REQUESTS
+from tests.security_support import Certificates, RawClient, make_certificates, secured
+
+POLICY_VIOLATION = 44
+METADATA = {**REQUESTS[codec.METADATA], "include_cluster_authorized_operations": False}
+FRONT_JAAS = (
+    "org.apache.kafka.common.security.plain.PlainLoginModule required "
+    'user_admin="admin-secret" user_alice="alice-secret";'
+)
+
+
+@pytest.fixture(scope="module")
+def certificates(tmp_path_factory: pytest.TempPathFactory) -> Certificates:
+    return make_certificates(tmp_path_factory.mktemp("certificates"))
+
+
+@pytest.fixture
+def secured_upstream(tmp_path: Path, certificates: Certificates) -> Iterator[Any]:
+    """A SASL_SSL broker (a gateway) that only User:gateway, by SCRAM-SHA-512, may use."""
+    warehouse = tmp_path / "upstream"
+    SecurityStore(warehouse).alter_scram(
+        [
+            (
+                "gateway",
+                ScramCredential.from_password(SCRAM_SHA_512, "gateway-secret", b"s" * 16, 4096),
+            )
+        ],
+        [],
+    )
+    running = secured(
+        {
+            "listeners": "SASL_SSL://127.0.0.1:0",
+            "sasl.enabled.mechanisms": "SCRAM-SHA-512",
+            "ssl.keystore.location": certificates.path("server.pem"),
+            "authorizer.class.name": "x",
+            "super.users": "User:gateway",
+        },
+        warehouse,
+        topics={"t": 6, "other": 2},
+    )
+    yield running
+    running.stop()
+
+
+def front(
+    upstream_port: int,
+    certificates: Certificates,
+    warehouse: Path,
+    password: str = "gateway-secret",
+) -> Any:
+    properties = {
+        "listeners": "SASL_PLAINTEXT://127.0.0.1:0",
+        "sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config": FRONT_JAAS,
+        "authorizer.class.name": "x",
+        "super.users": "User:admin",
+        "upstream.security.protocol": "SASL_SSL",
+        "upstream.sasl.mechanism": "SCRAM-SHA-512",
+        "upstream.sasl.jaas.config": "org.apache.kafka.common.security.scram.ScramLoginModule "
+        f'required username="gateway" password="{password}";',
+        "upstream.ssl.truststore.location": certificates.ca,
+    }
+    credentials = UpstreamCredentials.from_settings(parse(properties).upstream)
+    upstream = Upstream(
+        [("127.0.0.1", upstream_port)], credentials=credentials, connect_timeout_s=5.0
+    )
+    return secured(properties, warehouse, upstream=upstream, topics={})
+
+
+def login(port: int, user: str) -> RawClient:
+    client = RawClient(port)
+    assert client.authenticate("PLAIN", user, f"{user}-secret")["error_code"] == 0
+    return client
+
+
+def grant(port: int, resource_type: int, name: str, operation: int) -> None:
+    admin = login(port, "admin")
+    answer = admin.call(
+        codec.CREATE_ACLS,
+        3,
+        {
+            "creations": [
+                {
+                    "resource_type": resource_type,
+                    "resource_name": name,
+                    "resource_pattern_type": 3,
+                    "principal": "User:alice",
+                    "host": "*",
+                    "operation": operation,
+                    "permission_type": 3,
+                }
+            ]
+        },
+    )
+    assert answer["results"][0]["error_code"] == 0
+    admin.close()
+
+
+def produce_body(*topics: str) -> dict[str, Any]:
+    return {
+        "acks": -1,
+        "timeout": 1000,
+        "transactional_id": None,
+        "topic_data": [
+            {"name": t, "partition_data": [{"index": 0, "records": b""}]} for t in topics
+        ],
+    }
+
+
+def fetch_body(*topics: str) -> dict[str, Any]:
+    return {
+        **REQUESTS[codec.FETCH],
+        "session_id": 5,
+        "session_epoch": 3,
+        "topics": [
+            {
+                "topic": t,
+                "partitions": [{"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1024}],
+            }
+            for t in topics
+        ],
+    }
+
+
+def test_clients_reach_the_upstream_only_through_the_gateways_checks(
+    tmp_path: Path, certificates: Certificates, secured_upstream: Any
+):
+    running = front(secured_upstream.port, certificates, tmp_path / "front")
+    try:
+        # not authenticated: disconnected before anything is forwarded
+        anonymous = RawClient(running.port)
+        assert anonymous.call(codec.METADATA, 9, {**METADATA, "topics": None}) is None
+        alice = login(running.port, "alice")
+        every = alice.call(codec.METADATA, 9, {**METADATA, "topics": None})
+        assert every["topics"] == []  # the upstream answered (the gateway's own credentials)
+        assert every["brokers"][0]["port"] != secured_upstream.port  # through our listener
+        grant(running.port, 2, "t", 3)  # READ on t
+        every = alice.call(codec.METADATA, 9, {**METADATA, "topics": None})
+        assert [t["name"] for t in every["topics"]] == ["t"]
+        named = alice.call(
+            codec.METADATA,
+            9,
+            {
+                **METADATA,
+                "topics": [{"name": "t", "topic_id": None}, {"name": "other", "topic_id": None}],
+            },
+        )
+        codes = {t["name"]: t["error_code"] for t in named["topics"]}
+        assert codes == {"t": 0, "other": errors.TOPIC_AUTHORIZATION_FAILED}
+        fetched = alice.call(codec.FETCH, 11, fetch_body("t", "other"))
+        codes = {t["topic"]: t["partitions"][0]["error_code"] for t in fetched["responses"]}
+        assert codes == {"t": 0, "other": errors.TOPIC_AUTHORIZATION_FAILED}
+        assert fetched["session_id"] == 0  # sessionless: every fetch is checked whole
+        # Produce without WRITE: refused here (29), never the upstream's POLICY_VIOLATION (44)
+        produced = alice.call(codec.PRODUCE, 8, produce_body("t"))
+        assert produced["responses"][0]["partition_responses"][0]["error_code"] == (
+            errors.TOPIC_AUTHORIZATION_FAILED
+        )
+        grant(running.port, 2, "t", 4)  # WRITE on t
+        produced = alice.call(codec.PRODUCE, 8, produce_body("t", "other"))
+        codes = {
+            t["name"]: t["partition_responses"][0]["error_code"] for t in produced["responses"]
+        }
+        assert codes == {"t": POLICY_VIOLATION, "other": errors.TOPIC_AUTHORIZATION_FAILED}
+        listed = alice.call(
+            codec.LIST_OFFSETS,
+            5,
+            {
+                "replica_id": -1,
+                "isolation_level": 0,
+                "topics": [
+                    {"name": n, "partitions": [{"partition_index": 0, "timestamp": -1}]}
+                    for n in ("t", "other")
+                ],
+            },
+        )
+        codes = {t["name"]: t["partitions"][0]["error_code"] for t in listed["topics"]}
+        assert codes == {"t": 0, "other": errors.TOPIC_AUTHORIZATION_FAILED}
+        init = alice.call(
+            22,
+            4,
+            {
+                "transactional_id": None,
+                "transaction_timeout": 60000,
+                "producer_id": -1,
+                "producer_epoch": -1,
+            },
+        )
+        assert init["error_code"] != errors.CLUSTER_AUTHORIZATION_FAILED  # WRITE on a topic
+    finally:
+        running.stop()
+
+
+def test_upstream_refusing_the_gateways_credentials_gives_retriable_errors(
+    tmp_path: Path, certificates: Certificates, secured_upstream: Any
+):
+    running = front(secured_upstream.port, certificates, tmp_path / "front", password="wrong")
+    try:
+        admin = login(running.port, "admin")
+        answer = admin.call(
+            codec.METADATA,
+            9,
+            {**METADATA, "topics": [{"name": "t", "topic_id": None}]},
+        )
+        assert answer["topics"][0]["error_code"] == 5  # LEADER_NOT_AVAILABLE: retriable
+    finally:
+        running.stop()
