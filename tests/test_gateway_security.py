@@ -447,3 +447,153 @@ def test_without_an_authorizer_everything_is_allowed_and_acl_apis_are_disabled(t
         assert answer["error_code"] == errors.SECURITY_DISABLED
     finally:
         running.stop()
+
+
+# --- the command line -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("lines", "message"),
+    [
+        ("sasl.kerberos.service.name=kafka", r"not a gateway setting: sasl\.kerberos"),
+        ("ssl.keystore.type=JKS", "only PEM"),
+        ("listeners=SASL_SSL://127.0.0.1:0\nsasl.enabled.mechanisms=SCRAM-SHA-512", "ssl.keystore"),
+        ("listener.name.other.plain.sasl.jaas.config=x required;", "no listener other"),
+        ("upstream.security.protocol=SSL", "needs an upstream"),
+    ],
+)
+def test_gateway_refuses_security_settings_it_does_not_serve_by_name(tmp_path, lines, message):
+    from coordinator.cli import build_parser
+    from coordinator.gateway.cli import run
+
+    conf = tmp_path / "gateway.properties"
+    conf.write_text(lines + "\n")
+    args = build_parser().parse_args(["gateway", "--gateway-conf", str(conf)])
+    with pytest.raises(ValueError, match=message):
+        run(args)
+
+
+def test_properties_continue_lines_as_java_reads_them(tmp_path):
+    from coordinator.cli.settings import read_properties
+
+    conf = tmp_path / "gateway.properties"
+    conf.write_text(
+        "ssl.keystore.key=-----BEGIN PRIVATE KEY----- \\\n    MIIB \\\n"
+        "    -----END PRIVATE KEY-----\nnext=1\n"
+    )
+    assert read_properties(conf) == {
+        "ssl.keystore.key": "-----BEGIN PRIVATE KEY----- MIIB -----END PRIVATE KEY-----",
+        "next": "1",
+    }
+
+
+def test_acls_and_scram_commands_change_the_warehouse(tmp_path, capsys):
+    from coordinator.cli import main
+
+    warehouse = str(tmp_path)
+    assert (
+        main(
+            [
+                "acls",
+                "--warehouse",
+                warehouse,
+                "--add",
+                "--allow-principal",
+                "User:alice",
+                "--operation",
+                "Read",
+                "--operation",
+                "Describe",
+                "--group",
+                "team-",
+                "--resource-pattern-type",
+                "prefixed",
+            ]
+        )
+        == 0
+    )
+    assert (
+        main(
+            [
+                "acls",
+                "--warehouse",
+                warehouse,
+                "--add",
+                "--deny-principal",
+                "User:bob",
+                "--deny-host",
+                "10.0.0.1",
+                "--cluster",
+            ]
+        )
+        == 0
+    )
+    capsys.readouterr()
+    assert (
+        main(
+            [
+                "acls",
+                "--warehouse",
+                warehouse,
+                "--list",
+                "--group",
+                "team-a",
+                "--resource-pattern-type",
+                "match",
+            ]
+        )
+        == 0
+    )
+    shown = capsys.readouterr().out
+    assert "ResourcePattern(resourceType=GROUP, name=team-, patternType=PREFIXED)" in shown
+    assert "(principal=User:alice, host=*, operation=DESCRIBE, permissionType=ALLOW)" in shown
+    assert "bob" not in shown
+    assert main(["acls", "--warehouse", warehouse, "--remove", "--cluster", "--force"]) == 0
+    assert [a.principal for a in SecurityStore(warehouse).acls()] == ["User:alice"] * 2
+    assert (
+        main(
+            [
+                "acls",
+                "--warehouse",
+                warehouse,
+                "--add",
+                "--allow-principal",
+                "alice",
+                "--group",
+                "g",
+            ]
+        )
+        == 2
+    )  # not TYPE:NAME: refused, nothing added
+    assert len(SecurityStore(warehouse).acls()) == 2
+    assert (
+        main(
+            [
+                "scram",
+                "--warehouse",
+                warehouse,
+                "--add-scram",
+                "SCRAM-SHA-256=[name=alice,password=pw,iterations=4096]",
+            ]
+        )
+        == 0
+    )
+    credential = SecurityStore(warehouse).credential("alice", "SCRAM-SHA-256")
+    assert credential is not None and credential.iterations == 4096
+    assert (
+        main(
+            [
+                "scram",
+                "--warehouse",
+                warehouse,
+                "--add-scram",
+                "SCRAM-SHA-256=[name=bob,password=pw,iterations=10]",
+            ]
+        )
+        == 2
+    )
+    assert (
+        main(["scram", "--warehouse", warehouse, "--delete-scram", "SCRAM-SHA-256=[name=alice]"])
+        == 0
+    )
+    assert SecurityStore(warehouse).credentials() == {}

@@ -216,6 +216,26 @@ def test_scram_sha_512_over_sasl_ssl_forms_a_group_and_commits(
             ]
         )
         assert not answer["failed"], answer
+        from kafka.admin import ACLFilter, ResourcePatternFilter
+
+        everything = ACLFilter(
+            "User:alice",
+            None,
+            ACLOperation.ANY,
+            ACLPermissionType.ANY,
+            ResourcePatternFilter(ResourceType.ANY, None, ACLResourcePatternType.ANY),
+        )
+        listed, error = kp_admin.describe_acls(everything)
+        assert len(listed) == 2 and error.errno == 0, (listed, error)
+        nothing = ACLFilter(
+            "User:nobody",
+            None,
+            ACLOperation.ANY,
+            ACLPermissionType.ANY,
+            ResourcePatternFilter(ResourceType.ANY, None, ACLResourcePatternType.ANY),
+        )
+        [(_, deleted, error)] = kp_admin.delete_acls([nothing])
+        assert deleted == [] and error.errno == 0
         kp_admin.close()
     running.stop()
 
