@@ -206,6 +206,8 @@ def run(args: argparse.Namespace) -> int:
             "ACLs and SCRAM credentials are kept in memory only: give the gateway a warehouse "
             "(--log-warehouse or --warehouse) to keep them"
         )
+    if warehouse is not None and security_settings.authorizer:
+        _warn_if_others_may_write(Path(warehouse))
     security = GatewaySecurity(security_settings, SecurityStore(warehouse))
     gateway = Gateway(
         backend,
@@ -269,6 +271,25 @@ def _upstream(args: argparse.Namespace, properties: dict[str, str], security: An
         request_timeout_ms=timeout_ms,
         credentials=UpstreamCredentials.from_settings(security.upstream),
     )
+
+
+def _warn_if_others_may_write(warehouse: Path) -> None:
+    """The warehouse (its inbox above all: the job serves what it finds there unchecked, and
+    its security store) must be writable by its owner only when ACLs are enforced."""
+    import stat
+
+    for path in (warehouse, warehouse / "inbox", warehouse / "security"):
+        try:
+            mode = path.stat().st_mode
+        except FileNotFoundError:
+            continue
+        if mode & (stat.S_IWGRP | stat.S_IWOTH):
+            log.warning(
+                "%s is writable by group or others (mode %o): whoever can write it bypasses the "
+                "gateway's ACLs; make it writable by the gateway's and job's user only",
+                path,
+                stat.S_IMODE(mode),
+            )
 
 
 async def _serve_while_owner(gateway: Any, serve: Any, on_ready: Any) -> None:

@@ -10,6 +10,12 @@ Kafka's answers to bad input: a frame larger than ``max_request_bytes`` (Kafka's
 that does not decode: the connection is closed; nothing reaches the engine. A connection idle for
 ``idle_timeout_s`` (Kafka's ``connections.max.idle.ms``) is closed too.
 
+Security (:mod:`coordinator.gateway.security`) hooks in at three points only: the listener's TLS
+context, a :class:`~coordinator.gateway.security.session.Session` per connection that takes the
+frames until it has authenticated the client (SASL), and the dispatch through
+:func:`~coordinator.gateway.security.enforce.dispatch` (and :meth:`Upstream.serve` with the
+session), which asks it whether the principal may do what a request asks.
+
 Readiness, as a Kafka broker loading ``__consumer_offsets``: the gateway listens at once, and
 until its back end has started (the embedded engine loaded from its log, the job's responses
 table opened) it answers ApiVersions, Metadata, FindCoordinator (itself) and the log topic as
