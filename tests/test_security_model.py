@@ -327,3 +327,48 @@ def test_store_keeps_acls_and_credentials_durably_and_privately(tmp_path: Path):
     assert again.acls() == []
     again.alter_scram([], [("alice", "SCRAM-SHA-512")])
     assert other.credential("alice", "SCRAM-SHA-512") is None
+
+
+def _scan(acls, super_users, allow_if_no_acl, principal, host, op, rt, name) -> bool:
+    """Kafka's rule by a plain scan of every ACL (what the index must agree with)."""
+    if principal in super_users:
+        return True
+    matching = [a for a in acls if a.matches_resource(rt, name)]
+    results = [a.result(frozenset((principal, "User:*")), host, op) for a in matching]
+    if False in results:
+        return False
+    return True in results or (not matching and allow_if_no_acl)
+
+
+def test_indexed_decisions_agree_with_a_scan_of_every_acl():
+    import random
+
+    rng = random.Random(7)
+    names = ["a", "ab", "abc", "b", "*", "ba", ""]
+    ops = [Op.READ, Op.WRITE, Op.DESCRIBE, Op.ALL, Op.DELETE, Op.ALTER_CONFIGS]
+    for _ in range(40):
+        acls = [
+            acl(
+                rng.choice([G, T]),
+                rng.choice(names[:-1]),
+                rng.choice([LIT, PRE]),
+                rng.choice(["User:a", "User:b", "User:*"]),
+                rng.choice(ops),
+                rng.choice([ALLOW, DENY]),
+                rng.choice(["*", "h1"]),
+            )
+            for _ in range(rng.randrange(0, 8))
+        ]
+        no_acl = rng.random() < 0.5
+        auth = Authorizer(acls, {"User:root"}, no_acl)
+        for _ in range(50):
+            query = (
+                rng.choice(["User:a", "User:b", "User:root"]),
+                rng.choice(["h1", "h2"]),
+                rng.choice([*ops[:3], Op.DELETE, Op.DESCRIBE_CONFIGS]),
+                rng.choice([G, T]),
+                rng.choice([*names[:-1], "abcd", "c"]),
+            )
+            expected = _scan(acls, {"User:root"}, no_acl, *query)
+            assert auth.authorize(*query) == expected, (acls, query)
+            assert auth.authorize(*query) == expected  # remembered

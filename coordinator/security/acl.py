@@ -222,7 +222,15 @@ class AclFilter:
 
 
 class Authorizer:
-    """Kafka's authorization decision over a set of ACLs (see the module doc)."""
+    """Kafka's authorization decision over a set of ACLs (see the module doc).
+
+    The ACLs are indexed as Kafka's authorizer keeps them sorted: LITERAL ones by resource
+    name (the wildcard ``*`` apart), PREFIXED ones by prefix, so that a decision looks up the
+    resource's name and each of its prefixes rather than scanning every ACL; decisions are
+    remembered (an authorizer is a snapshot: a change of ACLs builds a new one)."""
+
+    #: decisions remembered, at most (then forgotten all at once)
+    CACHE_SIZE = 100_000
 
     def __init__(
         self,
@@ -233,8 +241,33 @@ class Authorizer:
         self.super_users = frozenset(super_users)
         self.allow_if_no_acl = allow_if_no_acl
         self._by_type: dict[ResourceType, list[AclBinding]] = {}
+        #: (type, name) -> LITERAL ACLs of that name; (type, prefix) -> PREFIXED ACLs
+        self._literal: dict[tuple[ResourceType, str], list[AclBinding]] = {}
+        self._prefixed: dict[tuple[ResourceType, str], list[AclBinding]] = {}
+        self._prefix_lengths: dict[ResourceType, list[int]] = {}
         for acl in acls:
             self._by_type.setdefault(acl.resource_type, []).append(acl)
+            key = (acl.resource_type, acl.resource_name)
+            if acl.pattern_type == PatternType.LITERAL:
+                self._literal.setdefault(key, []).append(acl)
+            elif acl.pattern_type == PatternType.PREFIXED:
+                self._prefixed.setdefault(key, []).append(acl)
+        lengths: dict[ResourceType, set[int]] = {}
+        for rt, prefix in self._prefixed:
+            lengths.setdefault(rt, set()).add(len(prefix))
+        self._prefix_lengths = {rt: sorted(ls) for rt, ls in lengths.items()}
+        self._decisions: dict[tuple[str, str, Operation, ResourceType, str], bool] = {}
+
+    def _matching(self, resource_type: ResourceType, name: str) -> list[AclBinding]:
+        """Every ACL whose pattern matches the resource."""
+        found = list(self._literal.get((resource_type, name), ()))
+        if name != WILDCARD:
+            found += self._literal.get((resource_type, WILDCARD), ())
+        for length in self._prefix_lengths.get(resource_type, ()):
+            if length > len(name):
+                break
+            found += self._prefixed.get((resource_type, name[:length]), ())
+        return found
 
     def authorize(
         self,
@@ -246,17 +279,32 @@ class Authorizer:
     ) -> bool:
         if principal in self.super_users:
             return True
+        key = (principal, host, operation, resource_type, name)
+        decision = self._decisions.get(key)
+        if decision is None:
+            decision = self._decide(principal, host, operation, resource_type, name)
+            if len(self._decisions) >= self.CACHE_SIZE:
+                self._decisions.clear()
+            self._decisions[key] = decision
+        return decision
+
+    def _decide(
+        self,
+        principal: str,
+        host: str,
+        operation: Operation,
+        resource_type: ResourceType,
+        name: str,
+    ) -> bool:
+        acls = self._matching(resource_type, name)
         principals = frozenset((principal, WILDCARD_PRINCIPAL))
-        found = allowed = False
-        for acl in self._by_type.get(resource_type, ()):
-            if not acl.matches_resource(resource_type, name):
-                continue
-            found = True
+        allowed = False
+        for acl in acls:
             result = acl.result(principals, host, operation)
             if result is False:
                 return False  # a DENY wins
             allowed = allowed or result is True
-        return allowed or (not found and self.allow_if_no_acl)
+        return allowed or (not acls and self.allow_if_no_acl)
 
     def authorized_operations(
         self, principal: str, host: str, resource_type: ResourceType, name: str
