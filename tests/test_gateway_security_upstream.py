@@ -226,3 +226,113 @@ def test_upstream_refusing_the_gateways_credentials_gives_retriable_errors(
         assert answer["topics"][0]["error_code"] == 5  # LEADER_NOT_AVAILABLE: retriable
     finally:
         running.stop()
+
+
+# --- what may be forwarded, request by request ------------------------------------------------
+
+
+def alice_session(*acls: tuple[int, str, int]) -> Any:
+    """A session of User:alice on a gateway enforcing these (type, name, operation) ALLOWs."""
+    from coordinator.gateway.security.session import GatewaySecurity, Session
+    from coordinator.security.acl import (
+        AclBinding,
+        Operation,
+        PatternType,
+        Permission,
+        ResourceType,
+    )
+
+    store = SecurityStore()
+    store.add_acls(
+        AclBinding(
+            ResourceType(rt),
+            name,
+            PatternType.LITERAL,
+            "User:alice",
+            "*",
+            Operation(op),
+            Permission.ALLOW,
+        )
+        for rt, name, op in acls
+    )
+    session = Session(GatewaySecurity(parse({"authorizer.class.name": "x"}), store), "10.0.0.1")
+    session.principal = "User:alice"
+    return session
+
+
+def test_fetch_goes_on_sessionless_and_by_topic_id_only_when_known():
+    from coordinator.gateway.security.forwarded import guard, merge
+
+    session = alice_session((2, "t", 3))
+    body = fetch_body("t")
+    decision = guard(session, codec.FETCH, 11, body, {})
+    assert decision.changed and decision.refused is None
+    assert decision.forward is not None
+    assert (decision.forward["session_id"], decision.forward["session_epoch"]) == (0, -1)
+    by_id = {
+        **body,
+        "session_id": 0,
+        "session_epoch": -1,
+        "topics": [
+            {"topic_id": "1111", "partitions": [{"partition": 0, "fetch_offset": 0}]},
+            {"topic_id": "2222", "partitions": [{"partition": 0, "fetch_offset": 0}]},
+        ],
+    }
+    decision = guard(session, codec.FETCH, 13, by_id, {"1111": "t"})
+    assert decision.forward is not None
+    assert [t["topic_id"] for t in decision.forward["topics"]] == ["1111"]
+    refused = merge(decision, {"throttle_time": 0, "responses": []})
+    assert refused is not None
+    assert refused["responses"][0]["partitions"][0]["error_code"] == errors.UNKNOWN_TOPIC_ID
+
+
+def test_admin_apis_forward_only_what_may_be_done():
+    from coordinator.gateway.security.forwarded import (
+        CREATE_TOPICS,
+        DELETE_TOPICS,
+        DESCRIBE_CONFIGS,
+        guard,
+    )
+
+    session = alice_session((2, "mine", 5), (2, "mine", 6), (2, "mine", 10))
+    create = {
+        "topics": [{"name": "mine"}, {"name": "theirs"}],
+        "timeout": 1000,
+        "validate_only": False,
+    }
+    decision = guard(session, CREATE_TOPICS, 7, create, {})
+    assert decision.forward is not None and decision.refused is not None
+    assert [t["name"] for t in decision.forward["topics"]] == ["mine"]
+    assert decision.refused["topics"][0]["error_code"] == errors.TOPIC_AUTHORIZATION_FAILED
+    old_delete = {"topic_names": ["mine", "theirs"], "timeout": 1000}
+    decision = guard(session, DELETE_TOPICS, 5, old_delete, {})
+    assert decision.forward == {**old_delete, "topic_names": ["mine"]}
+    configs = {
+        "resources": [
+            {"resource_type": 2, "resource_name": "mine", "configuration_keys": None},
+            {"resource_type": 4, "resource_name": "0", "configuration_keys": None},
+        ]
+    }
+    decision = guard(session, DESCRIBE_CONFIGS, 4, configs, {})
+    assert decision.forward is not None and decision.refused is not None
+    assert decision.refused["results"][0]["error_code"] == errors.CLUSTER_AUTHORIZATION_FAILED
+    nothing = guard(alice_session(), CREATE_TOPICS, 7, create, {})
+    assert nothing.forward is None  # nothing of it goes upstream
+
+
+def test_metadata_names_only_describable_topics_and_creates_only_with_create():
+    from coordinator.gateway.security.forwarded import guard
+
+    session = alice_session((2, "t", 8))
+    body = {
+        **METADATA,
+        "allow_auto_topic_creation": True,
+        "topics": [{"name": "t", "topic_id": None}, {"name": "secret", "topic_id": None}],
+    }
+    decision = guard(session, codec.METADATA, 9, body, {})
+    assert decision.forward is not None
+    assert [t["name"] for t in decision.forward["topics"]] == ["t"]
+    assert decision.forward["allow_auto_topic_creation"] is False
+    creator = alice_session((2, "t", 8), (4, "kafka-cluster", 5))
+    decision = guard(creator, codec.METADATA, 9, body, {})
+    assert decision.forward is not None and decision.forward["allow_auto_topic_creation"] is True

@@ -913,7 +913,14 @@ class Upstream:
         try:
             response = await self._forward(link, frame, expect)
         except UpstreamUnavailable as failure:
-            return await self._unavailable(api_key, version, correlation_id, body, failure)
+            return await self._unavailable(
+                api_key,
+                version,
+                correlation_id,
+                body,
+                failure,
+                None if decision is None else session,
+            )
         if response is None:
             return None
         if api_key == codec.METADATA:
@@ -992,7 +999,10 @@ class Upstream:
         correlation_id: int,
         body: dict[str, Any],
         failure: UpstreamUnavailable,
+        session: Session | None = None,
     ) -> bytes:
+        """The gateway's answer while the upstream is away; with ``session`` (ACLs enforced) a
+        Metadata answer shows only what its principal may describe."""
         log.info("upstream unavailable for API %s: %s", api_key, failure)
         if api_key == codec.METADATA:
             brokers: list[dict[str, Any]] = [
@@ -1005,6 +1015,10 @@ class Upstream:
             controller = self.controller_id if self.brokers else brokers[0]["node_id"]
             answer = unavailable_metadata(body, brokers, self.cluster_id, controller, self.topics)
             answer = self._with_log_topic(version, body, answer)
+            if session is not None:
+                from coordinator.gateway.security import enforce
+
+                answer = enforce.filter_metadata(session, version, body, answer)
             return codec.encode_response(api_key, version, correlation_id, answer)
         try:
             answer = error_answer(api_key, body, unavailable_error(api_key, failure), str(failure))
