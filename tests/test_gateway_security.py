@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import socket
 import ssl
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -631,3 +632,51 @@ def test_with_the_job_back_end_only_authorized_requests_reach_the_inbox(tmp_path
     finally:
         running.stop()
         loop.stop()
+
+
+def test_principal_mapping_rules_name_certificate_clients(tmp_path, certificates):
+    def gateway_with(rules: str) -> Any:
+        return secured(
+            {
+                "listeners": "SSL://127.0.0.1:0",
+                "ssl.keystore.location": certificates.path("server.pem"),
+                "ssl.truststore.location": certificates.ca,
+                "ssl.client.auth": "required",
+                "ssl.principal.mapping.rules": rules,
+                "authorizer.class.name": "x",
+                "super.users": "User:alice",
+            },
+            tmp_path,
+        )
+
+    running = gateway_with("RULE:^CN=([^,]*),OU=eng,.*$/$1/L, DEFAULT")
+    try:
+        client = RawClient(running.port, client_context(certificates, with_certificate=True))
+        assert client.call(codec.DESCRIBE_ACLS, 3, REQUESTS[codec.DESCRIBE_ACLS])["error_code"] == 0
+        client.close()
+    finally:
+        running.stop()
+    running = gateway_with("RULE:^CN=([^,]*),OU=ops,.*$/$1/")  # no rule applies: refused
+    try:
+        client = RawClient(running.port, client_context(certificates, with_certificate=True))
+        assert client.call(codec.API_VERSIONS, 3, REQUESTS[codec.API_VERSIONS]) is None
+    finally:
+        running.stop()
+
+
+def test_a_failed_authentication_is_answered_after_the_configured_delay(tmp_path):
+    running = secured(
+        sasl_properties(**{"connection.failed.authentication.delay.ms": "300"}), tmp_path
+    )
+    try:
+        client = RawClient(running.port)
+        started = time.monotonic()
+        answer = client.authenticate("PLAIN", "alice", "wrong")
+        assert answer["error_code"] == errors.SASL_AUTHENTICATION_FAILED
+        assert time.monotonic() - started >= 0.3
+        good = RawClient(running.port)
+        started = time.monotonic()
+        assert good.authenticate("PLAIN", "alice", "alice-secret")["error_code"] == 0
+        assert time.monotonic() - started < 0.3
+    finally:
+        running.stop()

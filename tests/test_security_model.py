@@ -372,3 +372,51 @@ def test_indexed_decisions_agree_with_a_scan_of_every_acl():
             expected = _scan(acls, {"User:root"}, no_acl, *query)
             assert auth.authorize(*query) == expected, (acls, query)
             assert auth.authorize(*query) == expected  # remembered
+
+
+# Kafka's SslPrincipalMapperTest cases.
+MAPPING_RULES = (
+    "RULE:^CN=(.*?),OU=ServiceUsers.*$/$1/L, "
+    "RULE:^CN=(.*?),OU=(.*?),O=(.*?),L=(.*?),ST=(.*?),C=(.*?)$/$1@$2/L, "
+    "RULE:^cn=(.*?),ou=(.*?),dc=(.*?),dc=(.*?)$/$1@$2/U, "
+    "RULE:^.*[Cc][Nn]=([a-zA-Z0-9.]*).*$/$1/U, "
+    "DEFAULT"
+)
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("CN=Duke,OU=ServiceUsers,O=Org,C=US", "duke"),
+        ("CN=Duke,OU=SME,O=mycp,L=Fulton,ST=MD,C=US", "duke@sme"),
+        ("cn=duke,ou=JavaSoft,dc=sun,dc=com", "DUKE@JAVASOFT"),
+        ("cN=duke,OU=JavaSoft,O=Sun Microsystems", "DUKE"),
+        ("OU=JavaSoft,O=Sun Microsystems,C=US", "OU=JavaSoft,O=Sun Microsystems,C=US"),
+    ],
+)
+def test_principal_mapping_rules_as_kafkas(name, expected):
+    assert principal.PrincipalMapper(MAPPING_RULES).name(name) == expected
+
+
+@pytest.mark.parametrize(
+    "rules",
+    [
+        "default",
+        "DEFAUL",
+        "DEFAULT/L",
+        "RULE:CN=(.*?),OU=ServiceUsers.*/$1",
+        "rule:^CN=(.*?),OU=ServiceUsers.*$/$1/",
+        "RULE:^CN=(.*?),OU=ServiceUsers.*$/$1/L/U",
+        "RULE:^CN=(.*?),OU=ServiceUsers.*$/L",
+    ],
+)
+def test_invalid_principal_mapping_rules_are_refused(rules):
+    with pytest.raises(SecuritySettingError, match=r"ssl\.principal\.mapping\.rules"):
+        parse({"ssl.principal.mapping.rules": rules})
+
+
+def test_no_matching_rule_and_literal_back_references():
+    mapper = principal.PrincipalMapper("RULE:^CN=([^,]*),.*$/$1@x$2/")
+    assert mapper.name("CN=bob,O=A") == "bob@x$2"
+    with pytest.raises(principal.NoMatchingRule):
+        mapper.name("O=A")

@@ -243,6 +243,8 @@ class Gateway:
             started = time.perf_counter()
             if not session.authenticated:  # SASL: ApiVersions and the exchange only
                 outcome = session.receive(frame)
+                if outcome.delay_s:
+                    await asyncio.sleep(outcome.delay_s)
                 if outcome.reply is not None:
                     writer.write(outcome.reply)
                     await writer.drain()

@@ -1,7 +1,7 @@
 """Kafka's principals: ``User:ANONYMOUS``, ``User:<SASL authorization id>``, and for a TLS
 client certificate ``User:<the subject's distinguished name>`` as Kafka's
 ``DefaultKafkaPrincipalBuilder`` makes it: Java's ``X500Principal.getName()``, RFC 2253 form
-(with ``ssl.principal.mapping.rules=DEFAULT``, the only rule supported here).
+then mapped by ``ssl.principal.mapping.rules`` (:class:`PrincipalMapper`).
 
 Java's RFC 2253 form, which this reproduces from the certificate's DER bytes: the relative
 distinguished names last to first, joined by ``,``; the attributes of a multi-valued one joined
@@ -12,6 +12,9 @@ spaces too.
 """
 
 from __future__ import annotations
+
+import re
+from dataclasses import dataclass
 
 ANONYMOUS = "User:ANONYMOUS"
 
@@ -141,10 +144,99 @@ def rfc2253_name(der: bytes) -> str:
     return ",".join("+".join(_ava(*ava) for ava in rdn) for rdn in reversed(subject_rdns(der)))
 
 
-def from_certificate(der: bytes) -> str:
-    """The principal Kafka's default builder gives a TLS client with this certificate."""
-    return f"User:{rfc2253_name(der)}"
+def from_certificate(der: bytes, mapper: PrincipalMapper | None = None) -> str:
+    """The principal Kafka's default builder gives a TLS client with this certificate (its
+    name through ``ssl.principal.mapping.rules``; raises :class:`NoMatchingRule`)."""
+    name = rfc2253_name(der)
+    return f"User:{name if mapper is None else mapper.name(name)}"
 
 
 def from_sasl(authorization_id: str) -> str:
     return f"User:{authorization_id}"
+
+
+# --- ssl.principal.mapping.rules --------------------------------------------------------------
+
+_RULE = r"(DEFAULT)|RULE:((?:\\.|[^\\/])*)/((?:\\.|[^\\/])*)/([LU]?).*?|(.*?)"
+_RULE_SPLITTER = re.compile(r"\s*(" + _RULE + r")\s*(,\s*|$)")
+_RULE_PARSER = re.compile(_RULE)
+
+
+class NoMatchingRule(ValueError):
+    """No ``ssl.principal.mapping.rules`` rule applies to a certificate's name: Kafka refuses
+    the connection."""
+
+
+@dataclass(frozen=True)
+class _MappingRule:
+    pattern: re.Pattern[str] | None  # None: DEFAULT
+    replacement: str = ""
+    case: str = ""
+
+    def apply(self, name: str) -> str | None:
+        if self.pattern is None:
+            return name
+        if self.pattern.fullmatch(name) is None:
+            return None
+        result = self.pattern.sub(self._expand, name)
+        return (
+            result.lower() if self.case == "L" else result.upper() if self.case == "U" else result
+        )
+
+    def _expand(self, match: re.Match[str]) -> str:
+        """Java's replacement syntax: ``\\x`` is x, ``$n`` group n (as many digits as name an
+        existing group); a ``$n`` beyond the groups stays literal, as Kafka escapes it."""
+        template, out, i = self.replacement, [], 0
+        groups = match.re.groups
+        while i < len(template):
+            c = template[i]
+            if c == "\\" and i + 1 < len(template):
+                out.append(template[i + 1])
+                i += 2
+            elif c == "$" and i + 1 < len(template) and template[i + 1].isdigit():
+                j = i + 1
+                number = int(template[j])
+                if number > groups:
+                    out.append(c)
+                    i += 1
+                    continue
+                j += 1
+                while j < len(template) and template[j].isdigit():
+                    longer = number * 10 + int(template[j])
+                    if longer > groups:
+                        break
+                    number, j = longer, j + 1
+                out.append(match.group(number) or "")
+                i = j
+            else:
+                out.append(c)
+                i += 1
+        return "".join(out)
+
+
+class PrincipalMapper:
+    """Kafka's ``SslPrincipalMapper``: ``ssl.principal.mapping.rules`` (``DEFAULT``, or
+    ``RULE:pattern/replacement/[LU]`` entries, comma-separated), the first rule whose pattern
+    matches the whole distinguished name giving the principal's name."""
+
+    def __init__(self, rules: str | None = None) -> None:
+        text = (rules or "DEFAULT").strip()
+        self.rules: list[_MappingRule] = []
+        for split in _RULE_SPLITTER.finditer(text):
+            rule = split[1]
+            match = _RULE_PARSER.match(rule)
+            if match is None or match.end() != len(rule):
+                raise ValueError(f"Invalid rule: `{rule}`")
+            if match[1] is not None:
+                self.rules.append(_MappingRule(None))
+            elif match[2] is not None:
+                self.rules.append(_MappingRule(re.compile(match[2]), match[3], match[4]))
+            if split.end() >= len(text):
+                break
+
+    def name(self, distinguished_name: str) -> str:
+        for rule in self.rules:
+            result = rule.apply(distinguished_name)
+            if result is not None:
+                return result
+        raise NoMatchingRule(f"No rules apply to {distinguished_name}")

@@ -12,7 +12,10 @@ Supported (anything else security-related is refused by name at start, never ign
 - ``ssl.keystore.type=PEM`` with ``ssl.keystore.location`` (key and chain in one file) or
   ``ssl.keystore.key`` and ``ssl.keystore.certificate.chain`` (PEM text), ``ssl.key.password``,
   ``ssl.truststore.type=PEM`` with ``ssl.truststore.location`` or ``ssl.truststore.certificates``,
-  ``ssl.client.auth`` (required, requested, none; default none);
+  ``ssl.client.auth`` (required, requested, none; default none),
+  ``ssl.principal.mapping.rules`` (Kafka's ``DEFAULT``/``RULE:pattern/replacement/[LU]``);
+- ``connection.failed.authentication.delay.ms`` (default 100: a failed authentication is
+  answered, and its connection closed, that much later, as Kafka slows password guessing);
 - ``authorizer.class.name`` (any non-empty value enforces ACLs), ``super.users``
   (``User:a;User:b``), ``allow.everyone.if.no.acl.found`` (default false);
 - for upstream mode, how the gateway reaches the upstream, with a Kafka client's names after
@@ -30,6 +33,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+
+from coordinator.security.principal import PrincipalMapper
 
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SUPPORTED_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
@@ -50,6 +55,8 @@ SECURITY_SETTINGS = frozenset(
         "ssl.truststore.location",
         "ssl.truststore.certificates",
         "ssl.client.auth",
+        "ssl.principal.mapping.rules",
+        "connection.failed.authentication.delay.ms",
         "authorizer.class.name",
         "super.users",
         "allow.everyone.if.no.acl.found",
@@ -124,6 +131,8 @@ class SecuritySettings:
     plain_users: dict[str, str] = field(default_factory=dict)
     tls: TlsFiles = field(default_factory=TlsFiles)
     client_auth: str = "none"
+    principal_mapping_rules: str = "DEFAULT"
+    failed_authentication_delay_ms: int = 100
     authorizer: bool = False
     super_users: frozenset[str] = frozenset()
     allow_if_no_acl: bool = False
@@ -328,6 +337,16 @@ def parse(properties: dict[str, str]) -> SecuritySettings:
             f"ssl.client.auth={client_auth} needs ssl.truststore.location or "
             "ssl.truststore.certificates (the CAs client certificates are checked against)"
         )
+    rules = properties.get("ssl.principal.mapping.rules", "").strip() or "DEFAULT"
+    try:
+        PrincipalMapper(rules)
+    except (ValueError, re.error) as exc:
+        raise SecuritySettingError(f"ssl.principal.mapping.rules: {exc}") from exc
+    delay = properties.get("connection.failed.authentication.delay.ms", "100").strip() or "100"
+    if not delay.isdigit():
+        raise SecuritySettingError(
+            f"connection.failed.authentication.delay.ms: a number of ms, got {delay!r}"
+        )
     super_users = frozenset(
         u.strip() for u in properties.get("super.users", "").split(";") if u.strip()
     )
@@ -340,6 +359,8 @@ def parse(properties: dict[str, str]) -> SecuritySettings:
         plain_users=plain_users,
         tls=tls,
         client_auth=client_auth,
+        principal_mapping_rules=rules,
+        failed_authentication_delay_ms=int(delay),
         authorizer=bool(properties.get("authorizer.class.name", "").strip()),
         super_users=super_users,
         allow_if_no_acl=_bool(properties, "allow.everyone.if.no.acl.found", False),

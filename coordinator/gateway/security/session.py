@@ -52,6 +52,7 @@ class GatewaySecurity:
             from coordinator.gateway.security.tls import server_context
 
             self.ssl_context = server_context(self.settings.tls, self.settings.client_auth)
+        self.mapper = principal.PrincipalMapper(self.settings.principal_mapping_rules)
         self._authorizer: Authorizer | None = None
         self._generation = -1
 
@@ -77,17 +78,22 @@ class GatewaySecurity:
         host = peer[0] if isinstance(peer, tuple) else "unknown"
         session = Session(self, host)
         if self.protocol == "SSL":
-            session.principal = _certificate_principal(ssl_object)
+            try:
+                session.principal = _certificate_principal(ssl_object, self.mapper)
+            except principal.NoMatchingRule as exc:  # Kafka refuses the connection
+                log.info("refusing %s: %s", host, exc)
+                session.authenticated = False
+                session.refused = True
         if self.protocol.startswith("SASL_"):
             session.authenticated = False
         return session
 
 
-def _certificate_principal(ssl_object: Any) -> str:
+def _certificate_principal(ssl_object: Any, mapper: principal.PrincipalMapper) -> str:
     der = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
     if not der:
         return principal.ANONYMOUS
-    return principal.from_certificate(der)
+    return principal.from_certificate(der, mapper)
 
 
 @dataclass
@@ -98,6 +104,8 @@ class Outcome:
     reply: bytes | None = None
     close: bool = False
     serve: bool = False
+    #: how long to wait before writing the reply and closing (a failed authentication)
+    delay_s: float = 0.0
 
 
 class Session:
@@ -109,6 +117,8 @@ class Session:
         self.host = host
         self.principal = principal.ANONYMOUS
         self.authenticated = True
+        #: a connection Kafka would not serve at all (no principal mapping rule applies)
+        self.refused = False
         self.mechanism: str | None = None
         self._server: PlainServer | ScramServer | None = None
         #: handshake v0: tokens come as bare frames, without SaslAuthenticate around them
@@ -132,6 +142,8 @@ class Session:
 
     def receive(self, frame: bytes) -> Outcome:
         """A frame (without its size prefix) received before authentication completed."""
+        if self.refused:
+            return Outcome(close=True)
         if self._server is not None:
             if self._bare_tokens:
                 return self._token(frame, None)
@@ -189,8 +201,9 @@ class Session:
                 f"with SASL mechanism {self.mechanism}"
             )
             log.info("SASL authentication of %s failed: %s", self.host, failure)
+            delay_s = self.security.settings.failed_authentication_delay_ms / 1000
             if wrapped is None:
-                return Outcome(close=True)
+                return Outcome(close=True, delay_s=delay_s)
             body = {
                 "error_code": errors.SASL_AUTHENTICATION_FAILED,
                 "error_message": message,
@@ -198,7 +211,7 @@ class Session:
                 "session_lifetime": 0,
             }
             reply = codec.encode_response(SASL_AUTHENTICATE, wrapped[0], wrapped[1], body)
-            return Outcome(reply=reply, close=True)
+            return Outcome(reply=reply, close=True, delay_s=delay_s)
         if server.complete:
             assert server.authorization_id is not None
             self.principal = principal.from_sasl(server.authorization_id)
