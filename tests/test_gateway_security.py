@@ -680,3 +680,31 @@ def test_a_failed_authentication_is_answered_after_the_configured_delay(tmp_path
         assert time.monotonic() - started < 0.3
     finally:
         running.stop()
+
+
+def test_several_listeners_each_with_its_protocol_and_its_own_address(tmp_path):
+    """Kafka's internal PLAINTEXT plus external SASL listeners: each connection authenticates
+    as its listener says, and Metadata and FindCoordinator name the listener it came in on."""
+    properties = sasl_properties()
+    properties["listeners"] = "INTERNAL://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0"
+    properties["listener.security.protocol.map"] = "INTERNAL:PLAINTEXT"
+    properties["super.users"] = "User:admin;User:ANONYMOUS"  # the internal listener's clients
+    running = secured(properties, tmp_path)
+    try:
+        internal = RawClient(running.port)
+        assert join(internal, "any") == 0  # ANONYMOUS, a super user here
+        external_port = running.gateway.listener_ports["SASL_PLAINTEXT"]
+        assert external_port != running.port
+        assert RawClient(external_port).call(codec.LIST_GROUPS, 4, {}) is None  # SASL first
+        alice = login(external_port, "alice")
+        metadata = alice.call(codec.METADATA, 12, {**REQUESTS[codec.METADATA], "topics": None})
+        assert [(b["host"], b["port"]) for b in metadata["brokers"]] == [
+            ("127.0.0.1", external_port)
+        ]
+        allow(external_port, (G, "g", LIT, "User:alice", Operation.DESCRIBE))
+        found = alice.call(codec.FIND_COORDINATOR, 3, {"key": "g", "key_type": 0})
+        assert (found["error_code"], found["port"]) == (0, external_port)
+        found = internal.call(codec.FIND_COORDINATOR, 4, {"key_type": 0, "coordinator_keys": ["g"]})
+        assert found["coordinators"][0]["port"] == running.port
+    finally:
+        running.stop()

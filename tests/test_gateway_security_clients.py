@@ -491,3 +491,23 @@ def test_wrong_password_unknown_mechanism_and_skipped_sasl_as_a_client_reports_t
     # configured without SASL: disconnected after ApiVersions, on its first other request
     seen = _confluent_errors(port, {"security.protocol": "PLAINTEXT"})
     assert {e.code() for e in seen} <= {KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("client", CLIENTS)
+def test_clients_of_a_second_listener_stay_on_it(
+    client: str, tmp_path: Path, certificates: Certificates
+):
+    """An internal PLAINTEXT listener first and an external SASL_SSL one: clients bootstrapped
+    on the external one are sent (Metadata, FindCoordinator) to the external one only."""
+    properties = sasl_ssl_properties(certificates)
+    properties["listeners"] = "INTERNAL://127.0.0.1:0,SASL_SSL://127.0.0.1:0"
+    properties["listener.security.protocol.map"] = "INTERNAL:PLAINTEXT,SASL_SSL:SASL_SSL"
+    del properties["authorizer.class.name"]
+    running = secured(properties, tmp_path)
+    try:
+        port = running.gateway.listener_ports["SASL_SSL"]
+        options = client_options(client, "SASL_SSL", certificates, "PLAIN", "alice", "alice-secret")
+        form_group_and_commit(client, port, f"external-{client}", options)
+    finally:
+        running.stop()

@@ -276,7 +276,7 @@ def test_a_sasl_ssl_listener_with_plain_and_scram():
     )
     assert settings.listener is not None
     assert (settings.listener.protocol, settings.listener.port) == ("SASL_SSL", 9093)
-    assert settings.plain_users == {"admin": "admin-secret", "alice": "alice secret"}
+    assert settings.plain_users == {"CLIENT": {"admin": "admin-secret", "alice": "alice secret"}}
     assert settings.authorizer and settings.super_users == {"User:admin", "User:CN=ops"}
     assert not settings.allow_if_no_acl
 
@@ -284,7 +284,7 @@ def test_a_sasl_ssl_listener_with_plain_and_scram():
 @pytest.mark.parametrize(
     ("properties", "message"),
     [
-        ({"listeners": "A://h:1,B://h:2"}, "one listener"),
+        ({"listeners": "SSL://h:1,SSL://h:2"}, "given twice"),
         ({"listeners": "CLIENT://h:1"}, "no security protocol"),
         ({"listeners": "SASL_PLAINTEXT://h:1"}, "sasl.enabled.mechanisms"),
         ({"sasl.enabled.mechanisms": "GSSAPI"}, "GSSAPI is not supported"),

@@ -172,6 +172,10 @@ def run(args: argparse.Namespace) -> int:
     topics.update(parse_topics(properties.get("topics", "").split(",")))
     topics.update(parse_topics(args.topic))
     upstream = _upstream(args, properties, security_settings)
+    if upstream is not None and len(security_settings.listeners) > 1:
+        raise ValueError(
+            "listeners: upstream mode serves one listener (and one per upstream broker)"
+        )
     if upstream is not None and topics:
         raise ValueError(
             "--topic and topics are for the gateway without an upstream: with --upstream the "
@@ -231,7 +235,11 @@ def run(args: argparse.Namespace) -> int:
         shown = "the upstream's" if upstream is not None else topics
         print(
             f"coordinator gateway listening on {host}:{gateway.port} ({where}), topics {shown}, "
-            f"{security.protocol}",
+            f"{security.protocol}"
+            + "".join(
+                f", {listener.name} on {listener.host}:{gateway.listener_ports[listener.name]}"
+                for listener in security.other_listeners
+            ),
             flush=True,
         )
 

@@ -43,6 +43,7 @@ from coordinator.gateway.log_topic import LOG_TOPIC, LogTopic, for_backend
 from coordinator.gateway.security import enforce
 from coordinator.gateway.security.session import GatewaySecurity, Session
 from coordinator.gateway.upstream import LOCAL, ClientLink, LogTopicShape, Upstream
+from coordinator.security.settings import Listener
 
 if TYPE_CHECKING:
     from coordinator.metrics.gateway import GatewayMetrics
@@ -101,17 +102,31 @@ class Gateway:
         self._broker_servers: dict[int, asyncio.Server] = {}
         self._listener_lock = asyncio.Lock()
         self._stopping = False
+        #: the listeners of ``listeners`` after the main one, and their ports once listening
+        self._other_servers: list[asyncio.Server] = []
+        self.listener_ports: dict[str, int] = {}
+        if upstream is not None and self.security.other_listeners:
+            raise ValueError("upstream mode serves one listener (the first of listeners)")
 
     async def start(self) -> None:
         """Listen, then start the back end; connections meanwhile get LOAD_IN_PROGRESS for
         group APIs (module doc). Returns once ready."""
         self._server = await asyncio.start_server(
-            functools.partial(self._connection, None),
+            functools.partial(self._connection, None, None),
             self.host,
             self.port,
-            ssl=self.security.ssl_context,
+            ssl=self.security.context_for(None),
         )
         self.port = self._server.sockets[0].getsockname()[1]
+        for listener in self.security.other_listeners:  # Kafka's further listeners
+            server = await asyncio.start_server(
+                functools.partial(self._connection, None, listener),
+                listener.host,
+                listener.port,
+                ssl=self.security.context_for(listener),
+            )
+            self._other_servers.append(server)
+            self.listener_ports[listener.name] = int(server.sockets[0].getsockname()[1])
         node = CoordinatorNode(0, self.host, self.port)
         self._ctx.port = self.port
         if self.upstream is not None:
@@ -138,10 +153,10 @@ class Gateway:
             if server is None:
                 port = 0 if self._listen_port == 0 else self._listen_port + 1 + node_id
                 server = await asyncio.start_server(
-                    functools.partial(self._connection, node_id),
+                    functools.partial(self._connection, node_id, None),
                     self.host,
                     port,
-                    ssl=self.security.ssl_context,
+                    ssl=self.security.context_for(None),
                 )
                 self._broker_servers[node_id] = server
                 log.info(
@@ -167,7 +182,11 @@ class Gateway:
             await self._server.serve_forever()
 
     async def stop(self) -> None:
-        servers = [s for s in (self._server, *self._broker_servers.values()) if s is not None]
+        servers = [
+            s
+            for s in (self._server, *self._other_servers, *self._broker_servers.values())
+            if s is not None
+        ]
         self._stopping = True
         for server in servers:
             server.close()
@@ -181,7 +200,11 @@ class Gateway:
         await self.backend.stop()
 
     async def _connection(
-        self, node_id: int | None, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+        self,
+        node_id: int | None,
+        listener: Listener | None,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
     ) -> None:
         task = asyncio.current_task()
         if task is not None:
@@ -193,7 +216,12 @@ class Gateway:
         peer = writer.get_extra_info("peername")
         client_host = f"/{peer[0]}" if isinstance(peer, tuple) else "/unknown"
         link = ClientLink(node_id)
-        session = self.security.open_session(peer, writer.get_extra_info("ssl_object"))
+        advertised = None
+        if listener is not None:  # not the main listener: Metadata names this one
+            advertised = (listener.host, self.listener_ports[listener.name])
+        session = self.security.open_session(
+            peer, writer.get_extra_info("ssl_object"), listener, advertised
+        )
         try:
             await self._serve(reader, writer, client_host, link, session)
         except FrameError as exc:

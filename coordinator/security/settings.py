@@ -2,8 +2,9 @@
 
 Supported (anything else security-related is refused by name at start, never ignored):
 
-- ``listeners`` (one listener, ``NAME://HOST:PORT``), ``listener.security.protocol.map``
-  (``NAME:PROTOCOL,...``; a listener named after a protocol needs no entry);
+- ``listeners`` (``NAME://HOST:PORT,...``: the first is the gateway's main listener, the one
+  upstream mode serves on), ``listener.security.protocol.map`` (``NAME:PROTOCOL,...``; a
+  listener named after a protocol needs no entry);
 - ``sasl.enabled.mechanisms`` (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512; Kafka's default GSSAPI is
   not served, so it must be set for a SASL listener);
 - ``listener.name.<listener>.<mechanism>.sasl.jaas.config``: for PLAIN, Kafka's
@@ -125,10 +126,10 @@ class UpstreamSecurity:
 
 @dataclass(frozen=True)
 class SecuritySettings:
-    listener: Listener | None = None
+    listeners: tuple[Listener, ...] = ()
     mechanisms: tuple[str, ...] = ()
-    #: PLAIN's users: name -> password (from the JAAS config).
-    plain_users: dict[str, str] = field(default_factory=dict)
+    #: PLAIN's users per listener name: name -> password (from the listener's JAAS config).
+    plain_users: dict[str, dict[str, str]] = field(default_factory=dict)
     tls: TlsFiles = field(default_factory=TlsFiles)
     client_auth: str = "none"
     principal_mapping_rules: str = "DEFAULT"
@@ -137,6 +138,11 @@ class SecuritySettings:
     super_users: frozenset[str] = frozenset()
     allow_if_no_acl: bool = False
     upstream: UpstreamSecurity = field(default_factory=UpstreamSecurity)
+
+    @property
+    def listener(self) -> Listener | None:
+        """The main listener (the first of ``listeners``); None: ``--listen``, PLAINTEXT."""
+        return self.listeners[0] if self.listeners else None
 
 
 def parse_jaas(text: str) -> tuple[str, dict[str, str]]:
@@ -158,19 +164,10 @@ def parse_jaas(text: str) -> tuple[str, dict[str, str]]:
     return match[1], options
 
 
-def _listener(properties: dict[str, str]) -> Listener | None:
+def _listeners(properties: dict[str, str]) -> tuple[Listener, ...]:
     text = properties.get("listeners", "").strip()
     if not text:
-        return None
-    items = [item.strip() for item in text.split(",") if item.strip()]
-    if len(items) != 1:
-        raise SecuritySettingError(
-            f"listeners: the gateway serves one listener, got {len(items)} ({text})"
-        )
-    match = re.fullmatch(r"([A-Za-z0-9_]+)://(\[[^\]]*\]|[^:]*):([0-9]+)", items[0])
-    if match is None:
-        raise SecuritySettingError(f"listeners: expected NAME://HOST:PORT, got {items[0]!r}")
-    name, host, port = match[1].upper(), match[2].strip("[]") or "0.0.0.0", int(match[3])
+        return ()
     mapping: dict[str, str] = {}
     for entry in properties.get("listener.security.protocol.map", "").split(","):
         if entry.strip():
@@ -180,13 +177,26 @@ def _listener(properties: dict[str, str]) -> Listener | None:
                     f"listener.security.protocol.map: expected NAME:PROTOCOL, got {entry!r}"
                 )
             mapping[key.strip().upper()] = protocol.strip().upper()
-    protocol = mapping.get(name, name if name in PROTOCOLS else "")
-    if protocol not in PROTOCOLS:
-        raise SecuritySettingError(
-            f"listeners: no security protocol for listener {name} "
-            f"(listener.security.protocol.map; one of {', '.join(PROTOCOLS)})"
-        )
-    return Listener(name, host, port, protocol)
+    listeners: list[Listener] = []
+    for item in (item.strip() for item in text.split(",")):
+        if not item:
+            continue
+        match = re.fullmatch(r"([A-Za-z0-9_]+)://(\[[^\]]*\]|[^:]*):([0-9]+)", item)
+        if match is None:
+            raise SecuritySettingError(f"listeners: expected NAME://HOST:PORT, got {item!r}")
+        name, host, port = match[1].upper(), match[2].strip("[]") or "0.0.0.0", int(match[3])
+        protocol = mapping.get(name, name if name in PROTOCOLS else "")
+        if protocol not in PROTOCOLS:
+            raise SecuritySettingError(
+                f"listeners: no security protocol for listener {name} "
+                f"(listener.security.protocol.map; one of {', '.join(PROTOCOLS)})"
+            )
+        if any(other.name == name for other in listeners):
+            raise SecuritySettingError(f"listeners: listener {name} is given twice")
+        if port and any((other.host, other.port) == (host, port) for other in listeners):
+            raise SecuritySettingError(f"listeners: {host}:{port} is given twice")
+        listeners.append(Listener(name, host, port, protocol))
+    return tuple(listeners)
 
 
 def _tls_files(properties: dict[str, str], prefix: str) -> TlsFiles:
@@ -283,7 +293,8 @@ def _upstream(properties: dict[str, str]) -> UpstreamSecurity:
 def parse(properties: dict[str, str]) -> SecuritySettings:
     """The security settings among ``properties`` (others are ignored here: the caller
     refuses the ones nobody reads). Raises :class:`SecuritySettingError` naming the setting."""
-    listener = _listener(properties)
+    listeners = _listeners(properties)
+    by_name = {listener.name: listener for listener in listeners}
     mechanisms = tuple(
         m.strip().upper()
         for m in properties.get("sasl.enabled.mechanisms", "").split(",")
@@ -295,18 +306,20 @@ def parse(properties: dict[str, str]) -> SecuritySettings:
                 f"sasl.enabled.mechanisms: {mechanism} is not supported (only "
                 f"{', '.join(SUPPORTED_MECHANISMS)})"
             )
-    if listener is not None and listener.sasl and not mechanisms:
+    sasl_listeners = [listener for listener in listeners if listener.sasl]
+    if sasl_listeners and not mechanisms:
         raise SecuritySettingError(
-            f"listener {listener.name} is {listener.protocol}: set sasl.enabled.mechanisms "
-            f"(Kafka's default GSSAPI is not served; {', '.join(SUPPORTED_MECHANISMS)})"
+            f"listener {sasl_listeners[0].name} is {sasl_listeners[0].protocol}: set "
+            f"sasl.enabled.mechanisms (Kafka's default GSSAPI is not served; "
+            f"{', '.join(SUPPORTED_MECHANISMS)})"
         )
-    plain_users: dict[str, str] = {}
+    plain_users: dict[str, dict[str, str]] = {}
     for key, value in properties.items():
         match = _JAAS_KEY.match(key)
         if match is None:
             continue
         name, mechanism = match[1].upper(), match[2].upper()
-        if listener is None or name != listener.name:
+        if name not in by_name:
             raise SecuritySettingError(f"{key}: there is no listener {match[1]}")
         if mechanism not in mechanisms:
             raise SecuritySettingError(f"{key}: {mechanism} is not in sasl.enabled.mechanisms")
@@ -315,23 +328,26 @@ def parse(properties: dict[str, str]) -> SecuritySettings:
         if module != expected:
             raise SecuritySettingError(f"{key}: {mechanism} takes {expected}, got {module}")
         if mechanism == "PLAIN":
-            plain_users = {k[5:]: v for k, v in options.items() if k.startswith("user_")}
-    if listener is not None and "PLAIN" in mechanisms and listener.sasl and not plain_users:
-        raise SecuritySettingError(
-            f"PLAIN is enabled: set listener.name.{listener.name.lower()}.plain.sasl.jaas.config "
-            f'with user_<name>="<password>" entries'
-        )
+            plain_users[name] = {k[5:]: v for k, v in options.items() if k.startswith("user_")}
+    for listener in sasl_listeners:
+        if "PLAIN" in mechanisms and not plain_users.get(listener.name):
+            raise SecuritySettingError(
+                f"PLAIN is enabled: set listener.name.{listener.name.lower()}.plain.sasl.jaas."
+                'config with user_<name>="<password>" entries'
+            )
     client_auth = properties.get("ssl.client.auth", "none").strip().lower() or "none"
     if client_auth not in ("required", "requested", "none"):
         raise SecuritySettingError(
             f"ssl.client.auth={client_auth}: one of required, requested, none"
         )
     tls = _tls_files(properties, "")
-    if listener is not None and listener.tls and not (tls.keystore_location or tls.keystore_key):
-        raise SecuritySettingError(
-            f"listener {listener.name} is {listener.protocol}: set ssl.keystore.location (PEM "
-            "key and certificate chain) or ssl.keystore.key and ssl.keystore.certificate.chain"
-        )
+    for listener in listeners:
+        if listener.tls and not (tls.keystore_location or tls.keystore_key):
+            raise SecuritySettingError(
+                f"listener {listener.name} is {listener.protocol}: set ssl.keystore.location "
+                "(PEM key and certificate chain) or ssl.keystore.key and "
+                "ssl.keystore.certificate.chain"
+            )
     if client_auth != "none" and not (tls.truststore_location or tls.truststore_certificates):
         raise SecuritySettingError(
             f"ssl.client.auth={client_auth} needs ssl.truststore.location or "
@@ -354,7 +370,7 @@ def parse(properties: dict[str, str]) -> SecuritySettings:
         if ":" not in user:
             raise SecuritySettingError(f"super.users: {user!r} is not Type:name (User:alice)")
     return SecuritySettings(
-        listener=listener,
+        listeners=listeners,
         mechanisms=mechanisms,
         plain_users=plain_users,
         tls=tls,

@@ -60,14 +60,38 @@ async def dispatch(
         return await own(session, req.api_version, codec.plain(req.body))
     check = CHECKS.get(req.api_key)
     if check is None or not session.security.enforcing or req.body is None:
-        return await apis.dispatch(ctx, req, client_host)
-    body = codec.plain(req.body)
-    handler = apis.HANDLERS[req.api_key]
+        answer = await apis.dispatch(ctx, req, client_host)
+    else:
+        body = codec.plain(req.body)
+        handler = apis.HANDLERS[req.api_key]
 
-    async def call(changed: dict[str, Any]) -> Any:
-        return await handler(ctx, req.api_version, changed, req.client_id or "", client_host)
+        async def call(changed: dict[str, Any]) -> Any:
+            return await handler(ctx, req.api_version, changed, req.client_id or "", client_host)
 
-    answer: dict[str, Any] | None = await check(session, req.api_version, body, call)
+        answer = await check(session, req.api_version, body, call)
+    if session.advertised is not None and answer is not None:
+        answer = advertise(ctx, req.api_key, answer, session.advertised)
+    return answer
+
+
+def advertise(
+    ctx: apis.GatewayContext, api_key: int, answer: dict[str, Any], address: tuple[str, int]
+) -> dict[str, Any]:
+    """Metadata and FindCoordinator as seen from a listener other than the main one: the
+    gateway's node at that listener's address, as Kafka advertises each listener's own."""
+    host, port = address
+
+    def moved(node: dict[str, Any], key: str = "node_id") -> dict[str, Any]:
+        if node.get(key) == ctx.node_id and node.get("port", -1) != -1:
+            return {**node, "host": host, "port": port}
+        return node
+
+    if api_key == codec.METADATA:
+        return {**answer, "brokers": [moved(b) for b in answer["brokers"]]}
+    if api_key == codec.FIND_COORDINATOR:
+        if "coordinators" in answer:
+            return {**answer, "coordinators": [moved(c) for c in answer["coordinators"]]}
+        return moved(answer)
     return answer
 
 

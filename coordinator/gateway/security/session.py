@@ -46,9 +46,10 @@ class GatewaySecurity:
         self.settings = settings or SecuritySettings()
         self.store = store or SecurityStore()
         listener = self.settings.listener
+        #: the main listener's protocol
         self.protocol = listener.protocol if listener is not None else "PLAINTEXT"
         self.ssl_context: ssl.SSLContext | None = None
-        if listener is not None and listener.tls:
+        if any(listener.tls for listener in self.settings.listeners):
             from coordinator.gateway.security.tls import server_context
 
             self.ssl_context = server_context(self.settings.tls, self.settings.client_auth)
@@ -58,7 +59,17 @@ class GatewaySecurity:
 
     @property
     def listener(self) -> Listener | None:
+        """The main listener (None: a PLAINTEXT one on ``--listen``)."""
         return self.settings.listener
+
+    @property
+    def other_listeners(self) -> tuple[Listener, ...]:
+        return self.settings.listeners[1:]
+
+    def context_for(self, listener: Listener | None) -> ssl.SSLContext | None:
+        """The TLS context of ``listener`` (None: the main one), or None for plaintext."""
+        listener = listener or self.listener
+        return self.ssl_context if listener is not None and listener.tls else None
 
     @property
     def enforcing(self) -> bool:
@@ -74,17 +85,28 @@ class GatewaySecurity:
             )
         return self._authorizer
 
-    def open_session(self, peer: Any, ssl_object: Any) -> Session:
+    def open_session(
+        self,
+        peer: Any,
+        ssl_object: Any,
+        listener: Listener | None = None,
+        advertised: tuple[str, int] | None = None,
+    ) -> Session:
+        """A connection's session on ``listener`` (None: the main one); ``advertised`` is the
+        address of a listener other than the main one, which Metadata and FindCoordinator
+        then name instead of the main listener's."""
         host = peer[0] if isinstance(peer, tuple) else "unknown"
-        session = Session(self, host)
-        if self.protocol == "SSL":
+        listener = listener or self.listener
+        protocol = listener.protocol if listener is not None else "PLAINTEXT"
+        session = Session(self, host, listener, advertised)
+        if protocol == "SSL":
             try:
                 session.principal = _certificate_principal(ssl_object, self.mapper)
             except principal.NoMatchingRule as exc:  # Kafka refuses the connection
                 log.info("refusing %s: %s", host, exc)
                 session.authenticated = False
                 session.refused = True
-        if self.protocol.startswith("SASL_"):
+        if protocol.startswith("SASL_"):
             session.authenticated = False
         return session
 
@@ -111,8 +133,17 @@ class Outcome:
 class Session:
     """One connection's principal and authentication state."""
 
-    def __init__(self, security: GatewaySecurity, host: str) -> None:
+    def __init__(
+        self,
+        security: GatewaySecurity,
+        host: str,
+        listener: Listener | None = None,
+        advertised: tuple[str, int] | None = None,
+    ) -> None:
         self.security = security
+        self.listener = listener
+        #: the address Metadata and FindCoordinator give for this gateway (None: the main one)
+        self.advertised = advertised
         #: the client's address, as ACL hosts name it
         self.host = host
         self.principal = principal.ANONYMOUS
@@ -164,7 +195,8 @@ class Session:
         self.mechanism = mechanism
         self._bare_tokens = version == 0
         if mechanism == "PLAIN":
-            self._server = PlainServer(self.security.settings.plain_users)
+            name = self.listener.name if self.listener is not None else ""
+            self._server = PlainServer(self.security.settings.plain_users.get(name, {}))
         else:
             self._server = ScramServer(
                 MECHANISMS[mechanism],
