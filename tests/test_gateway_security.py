@@ -162,6 +162,9 @@ def test_garbage_in_the_sasl_exchange_closes_only_that_connection(gateway):
     noise = RawClient(gateway.port)
     noise.send(b"\x00\x00\x00\x0a" + bytes(range(10)))
     assert noise.read() is None
+    huge = RawClient(gateway.port)  # beyond Kafka's sasl.server.max.receive.size before SASL
+    huge.send((524_289).to_bytes(4, "big"))
+    assert huge.read() is None
     assert good.call(codec.LIST_GROUPS, 4, {})["error_code"] == 0
 
 

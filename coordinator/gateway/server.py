@@ -41,7 +41,11 @@ from coordinator.gateway.backend import Backend, cannot_serve
 from coordinator.gateway.codec import FrameError
 from coordinator.gateway.log_topic import LOG_TOPIC, LogTopic, for_backend
 from coordinator.gateway.security import enforce
-from coordinator.gateway.security.session import GatewaySecurity, Session
+from coordinator.gateway.security.session import (
+    SASL_MAX_RECEIVE_BYTES,
+    GatewaySecurity,
+    Session,
+)
 from coordinator.gateway.upstream import LOCAL, ClientLink, LogTopicShape, Upstream
 from coordinator.security.settings import Listener
 
@@ -264,8 +268,10 @@ class Gateway:
             async with asyncio.timeout(self.idle_timeout_s):
                 prefix = await reader.readexactly(4)
             (size,) = struct.unpack(">i", prefix)
-            if size < 8 or size > self.max_request_bytes:
-                raise FrameError(f"frame size {size} outside 8..{self.max_request_bytes}")
+            # before SASL completes, Kafka's sasl.server.max.receive.size bounds a frame
+            limit = self.max_request_bytes if session.authenticated else SASL_MAX_RECEIVE_BYTES
+            if size < 0 or size > limit or (size < 8 and session.authenticated):
+                raise FrameError(f"frame size {size} outside 8..{limit}")
             async with asyncio.timeout(self.idle_timeout_s):
                 frame = await reader.readexactly(size)
             started = time.perf_counter()

@@ -35,6 +35,8 @@ from coordinator.security.store import SecurityStore
 log = logging.getLogger(__name__)
 
 SASL_HANDSHAKE, SASL_AUTHENTICATE = codec.SASL_HANDSHAKE, codec.SASL_AUTHENTICATE
+#: Kafka's sasl.server.max.receive.size: the largest frame before authentication completes.
+SASL_MAX_RECEIVE_BYTES = 524_288
 
 
 class GatewaySecurity:
