@@ -336,3 +336,36 @@ def test_metadata_names_only_describable_topics_and_creates_only_with_create():
     creator = alice_session((2, "t", 8), (4, "kafka-cluster", 5))
     decision = guard(creator, codec.METADATA, 9, body, {})
     assert decision.forward is not None and decision.forward["allow_auto_topic_creation"] is True
+
+
+def test_coordinator_groups_asks_a_secured_upstream_with_the_gateways_credentials(
+    tmp_path: Path, certificates: Certificates, secured_upstream: Any
+):
+    """``coordinator groups --gateway-conf`` reaches the upstream as the gateway does (its
+    upstream.* settings): log offsets over SCRAM-SHA-512 and TLS; wrong credentials are an
+    error naming the cluster."""
+    from coordinator.admin.topic_offsets import TopicOffsetsError
+    from coordinator.admin.upstream_offsets import UpstreamOffsets
+    from coordinator.cli.groups import _upstream_credentials
+
+    def properties(password: str) -> dict[str, str]:
+        return {
+            "upstream.security.protocol": "SASL_SSL",
+            "upstream.sasl.mechanism": "SCRAM-SHA-512",
+            "upstream.sasl.jaas.config": "org.apache.kafka.common.security.scram."
+            f'ScramLoginModule required username="gateway" password="{password}";',
+            "upstream.ssl.truststore.location": certificates.ca,
+        }
+
+    address = [("127.0.0.1", secured_upstream.port)]
+    with UpstreamOffsets(
+        address, credentials=_upstream_credentials(properties("gateway-secret"))
+    ) as offsets:
+        assert offsets.partitions("t") == list(range(6))
+        assert offsets.latest(("t", 0)) == 0
+    with (
+        UpstreamOffsets(address, credentials=_upstream_credentials(properties("wrong"))) as offsets,
+        pytest.raises(TopicOffsetsError, match="cannot be reached"),
+    ):
+        offsets.partitions("t")
+    assert _upstream_credentials({}) is None

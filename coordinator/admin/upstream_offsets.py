@@ -65,16 +65,38 @@ def _error_name(code: int) -> str:
 
 
 class _Connection:
-    """One blocking connection to one broker."""
+    """One blocking connection to one broker, over TLS and SASL when ``credentials`` say so
+    (the gateway's ``upstream.security.protocol``, ``upstream.sasl.*``, ``upstream.ssl.*``)."""
 
-    def __init__(self, address: Address, connect_timeout_s: float, timeout_s: float) -> None:
+    def __init__(
+        self,
+        address: Address,
+        connect_timeout_s: float,
+        timeout_s: float,
+        credentials: Any = None,
+    ) -> None:
         self.address = address
         self._ids = itertools.count(1)
         try:
-            self._sock = socket.create_connection(address, timeout=connect_timeout_s)
-        except OSError as exc:
+            sock = socket.create_connection(address, timeout=connect_timeout_s)
+            context = None if credentials is None else credentials.ssl_context
+            if context is not None:
+                sock = context.wrap_socket(sock, server_hostname=address[0])
+            self._sock = sock
+        except OSError as exc:  # TLS refused included (ssl.SSLError is one)
             raise ConnectionError(f"{address[0]}:{address[1]}: {exc}") from exc
         self._sock.settimeout(timeout_s)
+        if credentials is not None and credentials.mechanism is not None:
+            from coordinator.gateway.security.client import (
+                UpstreamAuthenticationError,
+                authenticate_blocking,
+            )
+
+            try:
+                authenticate_blocking(self.call, credentials)
+            except UpstreamAuthenticationError as exc:
+                self.close()
+                raise ConnectionError(f"{address[0]}:{address[1]}: {exc}") from exc
 
     def call(self, api_key: int, version: int, body: dict[str, Any]) -> dict[str, Any]:
         from coordinator.gateway import codec
@@ -152,6 +174,7 @@ class UpstreamOffsets:
         *,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
+        credentials: Any = None,
     ) -> None:
         if not bootstrap:
             raise TopicOffsetsError("no upstream bootstrap server given")
@@ -159,6 +182,8 @@ class UpstreamOffsets:
         self.bootstrap = list(bootstrap)
         self.timeout_s = timeout_s
         self.connect_timeout_s = connect_timeout_s
+        #: TLS and SASL towards the cluster (an UpstreamCredentials; None: plaintext)
+        self.credentials = credentials
         #: How the command names this source in its messages.
         self.name = "the upstream cluster at " + ",".join(f"{h}:{p}" for h, p in self.bootstrap)
         self._connections: dict[Address, _Connection] = {}
@@ -377,7 +402,9 @@ class UpstreamOffsets:
             try:
                 connection = self._connections.get(address)
                 if connection is None:
-                    connection = _Connection(address, self.connect_timeout_s, self.timeout_s)
+                    connection = _Connection(
+                        address, self.connect_timeout_s, self.timeout_s, self.credentials
+                    )
                     self._connections[address] = connection
                 return connection.call(api_key, version, body)
             except ConnectionError as exc:

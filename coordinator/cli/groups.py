@@ -219,14 +219,19 @@ def _log_offsets(args: argparse.Namespace) -> Any:
     from coordinator.admin.topic_offsets import TopicOffsets, TopicOffsetsError
 
     servers = args.upstream
-    if servers is None and args.gateway_conf:
+    credentials = None
+    if args.gateway_conf:
         from coordinator.cli.settings import read_properties
 
         if not Path(args.gateway_conf).is_file():
             raise TopicOffsetsError(f"no gateway properties at {args.gateway_conf}")
-        servers = read_properties(Path(args.gateway_conf)).get("upstream.bootstrap.servers")
-        if not servers:
-            raise TopicOffsetsError(f"{args.gateway_conf} has no upstream.bootstrap.servers")
+        properties = read_properties(Path(args.gateway_conf))
+        # the gateway's own TLS and SASL towards its upstream (upstream.security.protocol, ...)
+        credentials = _upstream_credentials(properties)
+        if servers is None:
+            servers = properties.get("upstream.bootstrap.servers")
+            if not servers:
+                raise TopicOffsetsError(f"{args.gateway_conf} has no upstream.bootstrap.servers")
     if servers is not None and args.topic_offsets:
         raise TopicOffsetsError(
             "--topic-offsets and --upstream (or --gateway-conf) exclude each other: the log "
@@ -235,8 +240,24 @@ def _log_offsets(args: argparse.Namespace) -> Any:
     if servers is not None:
         from coordinator.admin.upstream_offsets import UpstreamOffsets
 
-        return UpstreamOffsets.from_servers(servers)
+        return UpstreamOffsets.from_servers(servers, credentials=credentials)
     return TopicOffsets.read(args.topic_offsets) if args.topic_offsets else None
+
+
+def _upstream_credentials(properties: dict[str, str]) -> Any:
+    """The gateway properties' ``upstream.security.protocol``, ``upstream.sasl.*`` and
+    ``upstream.ssl.*`` as the connection settings (None: plaintext)."""
+    from coordinator.admin.topic_offsets import TopicOffsetsError
+    from coordinator.gateway.security.client import UpstreamCredentials
+    from coordinator.security.settings import SecuritySettingError, parse
+
+    try:
+        settings = parse(properties).upstream
+    except SecuritySettingError as problem:
+        raise TopicOffsetsError(str(problem)) from None
+    if settings.protocol == "PLAINTEXT":
+        return None
+    return UpstreamCredentials.from_settings(settings)
 
 
 class Context:

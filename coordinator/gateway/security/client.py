@@ -7,9 +7,11 @@ is sent on it."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import secrets
 import ssl
 import struct
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,45 +45,25 @@ class UpstreamCredentials:
         return cls(context, settings.mechanism, settings.username, settings.password)
 
 
-async def _call(
-    reader: asyncio.StreamReader,
-    writer: asyncio.StreamWriter,
-    api_key: int,
-    version: int,
-    correlation_id: int,
-    body: dict[str, Any],
-) -> dict[str, Any]:
-    writer.write(
-        codec.encode_request(api_key, version, correlation_id, body, "coordinator-gateway")
-    )
-    await writer.drain()
-    (size,) = struct.unpack(">i", await reader.readexactly(4))
-    frame = await reader.readexactly(size)
-    got, answer = codec.decode_response(api_key, version, frame)
-    if got != correlation_id:
-        raise UpstreamAuthenticationError(f"correlation id {got}, expected {correlation_id}")
-    plain: dict[str, Any] = codec.plain(answer)
-    return plain
+Request = tuple[int, int, dict[str, Any]]
 
 
-async def authenticate(
-    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, credentials: UpstreamCredentials
-) -> None:
-    """Authenticate a new connection; raises :class:`UpstreamAuthenticationError`."""
+def exchange(credentials: UpstreamCredentials) -> Generator[Request, dict[str, Any], None]:
+    """The SASL exchange as the requests to send, each answer sent back in: SaslHandshake v1,
+    then SaslAuthenticate v1 carrying PLAIN's token or SCRAM's two. Raises
+    :class:`UpstreamAuthenticationError`. One exchange for the gateway's asyncio connections
+    (:func:`authenticate`) and for blocking ones (:func:`authenticate_blocking`)."""
     mechanism = credentials.mechanism
     assert mechanism is not None and credentials.username is not None
     password = credentials.password or ""
-    handshake = await _call(reader, writer, codec.SASL_HANDSHAKE, 1, 1, {"mechanism": mechanism})
+    handshake = yield codec.SASL_HANDSHAKE, 1, {"mechanism": mechanism}
     if handshake["error_code"]:
         raise UpstreamAuthenticationError(
             f"the upstream refused {mechanism} (error {handshake['error_code']}; it offers "
             f"{handshake['mechanisms']})"
         )
 
-    async def token(data: bytes, correlation_id: int) -> bytes:
-        answer = await _call(
-            reader, writer, codec.SASL_AUTHENTICATE, 1, correlation_id, {"auth_bytes": data}
-        )
+    def token(answer: dict[str, Any]) -> bytes:
         if answer["error_code"]:
             raise UpstreamAuthenticationError(
                 f"the upstream refused the gateway's credentials: {answer['error_message']}"
@@ -90,14 +72,56 @@ async def authenticate(
         return reply
 
     if mechanism == "PLAIN":
-        await token(f"\0{credentials.username}\0{password}".encode(), 2)
+        plain = f"\0{credentials.username}\0{password}".encode()
+        token((yield codec.SASL_AUTHENTICATE, 1, {"auth_bytes": plain}))
         return
     client = ScramClient(
         MECHANISMS[mechanism], credentials.username, password, secrets.token_hex(16)
     )
     try:
-        server_first = await token(client.first(), 2)
-        server_final = await token(client.final(server_first), 3)
-        client.verify(server_final)
+        first = token((yield codec.SASL_AUTHENTICATE, 1, {"auth_bytes": client.first()}))
+        final = client.final(first)
+        client.verify(token((yield codec.SASL_AUTHENTICATE, 1, {"auth_bytes": final})))
     except SaslFailure as exc:
         raise UpstreamAuthenticationError(f"SCRAM with the upstream failed: {exc}") from exc
+
+
+def authenticate_blocking(
+    call: Callable[[int, int, dict[str, Any]], dict[str, Any]], credentials: UpstreamCredentials
+) -> None:
+    """Authenticate a blocking connection whose ``call(api_key, version, body)`` answers."""
+    steps = exchange(credentials)
+    try:
+        request = next(steps)
+        while True:
+            request = steps.send(call(*request))
+    except StopIteration:
+        return
+
+
+async def authenticate(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, credentials: UpstreamCredentials
+) -> None:
+    """Authenticate a new asyncio connection; raises :class:`UpstreamAuthenticationError`."""
+    ids = itertools.count(1)
+
+    async def call(api_key: int, version: int, body: dict[str, Any]) -> dict[str, Any]:
+        correlation_id = next(ids)
+        writer.write(
+            codec.encode_request(api_key, version, correlation_id, body, "coordinator-gateway")
+        )
+        await writer.drain()
+        (size,) = struct.unpack(">i", await reader.readexactly(4))
+        got, answer = codec.decode_response(api_key, version, await reader.readexactly(size))
+        if got != correlation_id:
+            raise UpstreamAuthenticationError(f"correlation id {got}, expected {correlation_id}")
+        plain: dict[str, Any] = codec.plain(answer)
+        return plain
+
+    steps = exchange(credentials)
+    try:
+        request = next(steps)
+        while True:
+            request = steps.send(await call(*request))
+    except StopIteration:
+        return
