@@ -711,3 +711,44 @@ def test_several_listeners_each_with_its_protocol_and_its_own_address(tmp_path):
         assert found["coordinators"][0]["port"] == running.port
     finally:
         running.stop()
+
+
+def test_authentications_and_refusals_are_counted(tmp_path):
+    from prometheus_client import CollectorRegistry
+
+    from coordinator.metrics.gateway import GatewayMetrics
+    from tests.gateway_support import until
+
+    registry = CollectorRegistry()
+    running = secured(sasl_properties(), tmp_path, metrics=GatewayMetrics(registry))
+    try:
+        alice = login(running.port, "alice")
+        RawClient(running.port).authenticate("PLAIN", "alice", "wrong")
+        assert join(alice, "g") == errors.GROUP_AUTHORIZATION_FAILED
+
+        def value(name: str, **labels: str) -> float | None:
+            return registry.get_sample_value(name, labels)
+
+        assert until(
+            lambda: (
+                value(
+                    "coordinator_gateway_authentications_total", mechanism="PLAIN", result="failure"
+                )
+                == 1
+            ),
+            10,
+        )
+        assert (
+            value("coordinator_gateway_authentications_total", mechanism="PLAIN", result="success")
+            == 1
+        )
+        assert (
+            value(
+                "coordinator_gateway_requests_total",
+                api="JoinGroup",
+                error="group_authorization_failed",
+            )
+            == 1
+        )
+    finally:
+        running.stop()

@@ -277,6 +277,8 @@ class Gateway:
             started = time.perf_counter()
             if not session.authenticated:  # SASL: ApiVersions and the exchange only
                 outcome = session.receive(frame)
+                if outcome.result is not None and metrics is not None:
+                    metrics.authenticated(session.mechanism or "", outcome.result)
                 if outcome.delay_s:
                     await asyncio.sleep(outcome.delay_s)
                 if outcome.reply is not None:

@@ -11,7 +11,13 @@
 ``coordinator_gateway_request_duration_seconds``    from a request's frame read to its answer encoded
                                                     (counted before it is sent), by API (a parked
                                                     JoinGroup waits here)
+``coordinator_gateway_authentications_total``       SASL exchanges completed, by mechanism and result
+                                                    (``success``, ``failure``), as Kafka's
+                                                    successful- and failed-authentication-total
 ==================================================  ===================================================
+
+Requests refused by the ACLs are counted in ``coordinator_gateway_requests_total`` under their
+error (``group_authorization_failed``, ``topic_authorization_failed``...).
 
 Error names are Kafka's (``coordinator_load_in_progress``, ``rebalance_in_progress``...), as
 kio's ``ErrorCode`` spells them.
@@ -44,6 +50,13 @@ API_NAMES: dict[int, str] = {
     codec.API_VERSIONS: "ApiVersions",
     codec.DELETE_GROUPS: "DeleteGroups",
     codec.OFFSET_DELETE: "OffsetDelete",
+    codec.SASL_HANDSHAKE: "SaslHandshake",
+    codec.SASL_AUTHENTICATE: "SaslAuthenticate",
+    codec.DESCRIBE_ACLS: "DescribeAcls",
+    codec.CREATE_ACLS: "CreateAcls",
+    codec.DELETE_ACLS: "DeleteAcls",
+    codec.DESCRIBE_USER_SCRAM_CREDENTIALS: "DescribeUserScramCredentials",
+    codec.ALTER_USER_SCRAM_CREDENTIALS: "AlterUserScramCredentials",
 }
 #: A request answered in under a millisecond (embedded) up to a JoinGroup parked for a
 #: rebalance timeout (minutes).
@@ -106,6 +119,12 @@ class GatewayMetrics:
             buckets=LATENCY_BUCKETS,
             registry=registry,
         )
+        self.authentications = Counter(
+            "coordinator_gateway_authentications",
+            "SASL exchanges completed, by mechanism and result (success, failure)",
+            ["mechanism", "result"],
+            registry=registry,
+        )
         #: Labelled children by (API key, error code) and API key: a lookup per request.
         self._requests: dict[tuple[int, int], Any] = {}
         self._latency: dict[int, Any] = {}
@@ -118,6 +137,9 @@ class GatewayMetrics:
         self.connections.dec()
         if bad_input:
             self.refused.inc()
+
+    def authenticated(self, mechanism: str, result: str) -> None:
+        self.authentications.labels(mechanism, result).inc()
 
     def answered(self, api_key: int, answer: Any, seconds: float) -> None:
         """One request answered (``answer`` is the plain response; None when Kafka sends

@@ -130,6 +130,8 @@ class Outcome:
     serve: bool = False
     #: how long to wait before writing the reply and closing (a failed authentication)
     delay_s: float = 0.0
+    #: "success" or "failure" when this frame ended a SASL exchange (for the metrics)
+    result: str | None = None
 
 
 class Session:
@@ -237,7 +239,7 @@ class Session:
             log.info("SASL authentication of %s failed: %s", self.host, failure)
             delay_s = self.security.settings.failed_authentication_delay_ms / 1000
             if wrapped is None:
-                return Outcome(close=True, delay_s=delay_s)
+                return Outcome(close=True, delay_s=delay_s, result="failure")
             body = {
                 "error_code": errors.SASL_AUTHENTICATION_FAILED,
                 "error_message": message,
@@ -245,13 +247,15 @@ class Session:
                 "session_lifetime": 0,
             }
             reply = codec.encode_response(SASL_AUTHENTICATE, wrapped[0], wrapped[1], body)
-            return Outcome(reply=reply, close=True, delay_s=delay_s)
+            return Outcome(reply=reply, close=True, delay_s=delay_s, result="failure")
         if server.complete:
             assert server.authorization_id is not None
             self.principal = principal.from_sasl(server.authorization_id)
             self.authenticated = True
             log.info("%s authenticated as %s (%s)", self.host, self.principal, self.mechanism)
+        result = "success" if server.complete else None
         if wrapped is None:
-            return Outcome(reply=struct.pack(">i", len(answer)) + answer)
+            return Outcome(reply=struct.pack(">i", len(answer)) + answer, result=result)
         body = {"error_code": 0, "error_message": None, "auth_bytes": answer, "session_lifetime": 0}
-        return Outcome(reply=codec.encode_response(SASL_AUTHENTICATE, wrapped[0], wrapped[1], body))
+        reply = codec.encode_response(SASL_AUTHENTICATE, wrapped[0], wrapped[1], body)
+        return Outcome(reply=reply, result=result)
