@@ -752,3 +752,56 @@ def test_authentications_and_refusals_are_counted(tmp_path):
         )
     finally:
         running.stop()
+
+
+def test_acls_command_through_a_gateways_admin_apis(tmp_path, capsys, certificates):
+    """``coordinator acls --bootstrap-server`` with a Kafka client's --command-config, as
+    kafka-acls.sh is used: SASL_SSL as the super user adds, lists and removes."""
+    from coordinator.cli import main
+
+    running = secured(
+        {
+            **sasl_properties("SASL_SSL"),
+            "ssl.keystore.location": certificates.path("server.pem"),
+        },
+        tmp_path,
+    )
+    try:
+        conf = tmp_path / "admin.properties"
+        conf.write_text(
+            "security.protocol=SASL_SSL\nsasl.mechanism=PLAIN\n"
+            "sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required "
+            'username="admin" password="admin-secret";\n'
+            f"ssl.truststore.location={certificates.ca}\n"
+        )
+        server = ["--bootstrap-server", f"127.0.0.1:{running.port}", "--command-config", str(conf)]
+        assert (
+            main(
+                [
+                    "acls",
+                    *server,
+                    "--add",
+                    "--allow-principal",
+                    "User:alice",
+                    "--operation",
+                    "Read",
+                    "--topic",
+                    "orders",
+                ]
+            )
+            == 0
+        )
+        capsys.readouterr()
+        assert main(["acls", *server, "--list"]) == 0
+        assert "(principal=User:alice, host=*, operation=READ, permissionType=ALLOW)" in (
+            capsys.readouterr().out
+        )
+        assert [a.resource_name for a in SecurityStore(tmp_path).acls()] == ["orders"]
+        assert main(["acls", *server, "--remove", "--topic", "orders"]) == 0
+        assert SecurityStore(tmp_path).acls() == []
+        conf.write_text(conf.read_text().replace("admin-secret", "wrong"))
+        assert main(["acls", *server, "--list"]) == 2  # refused: an error, not a crash
+        conf.write_text("client.id=x\n")
+        assert main(["acls", *server, "--list"]) == 2
+    finally:
+        running.stop()

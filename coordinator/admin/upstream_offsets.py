@@ -64,7 +64,7 @@ def _error_name(code: int) -> str:
         return f"error {code}"
 
 
-class _Connection:
+class BlockingConnection:
     """One blocking connection to one broker, over TLS and SASL when ``credentials`` say so
     (the gateway's ``upstream.security.protocol``, ``upstream.sasl.*``, ``upstream.ssl.*``)."""
 
@@ -186,7 +186,7 @@ class UpstreamOffsets:
         self.credentials = credentials
         #: How the command names this source in its messages.
         self.name = "the upstream cluster at " + ",".join(f"{h}:{p}" for h, p in self.bootstrap)
-        self._connections: dict[Address, _Connection] = {}
+        self._connections: dict[Address, BlockingConnection] = {}
         self._brokers: dict[int, Address] = {}
         self._versions: tuple[int, int] | None = None  # (Metadata, ListOffsets)
         #: topic -> {partition: leader} (None: the cluster has no such topic)
@@ -402,7 +402,7 @@ class UpstreamOffsets:
             try:
                 connection = self._connections.get(address)
                 if connection is None:
-                    connection = _Connection(
+                    connection = BlockingConnection(
                         address, self.connect_timeout_s, self.timeout_s, self.credentials
                     )
                     self._connections[address] = connection

@@ -1,9 +1,12 @@
 """``coordinator acls`` (shaped like Kafka's ``kafka-acls.sh``) and ``coordinator scram``
-(like ``kafka-storage.sh format --add-scram`` / ``kafka-configs.sh --entity-type users``):
-ACLs and SCRAM credentials in a warehouse's security store, changed directly (the way to set up
-the first super user's rights before any client connects). A running gateway sees a change
-within half a second; the admin APIs (CreateAcls, AlterUserScramCredentials) change the same
-store over the wire."""
+(like ``kafka-storage.sh format --add-scram``).
+
+``coordinator acls`` works either on a warehouse's security store directly (``--warehouse``: the
+way to set up the first rights before any client connects; a running gateway sees the change
+within half a second) or, as ``kafka-acls.sh`` does, through a gateway's admin APIs
+(``--bootstrap-server``, with ``--command-config`` holding a Kafka client's security settings:
+``security.protocol``, ``sasl.mechanism``, ``sasl.jaas.config``, ``ssl.truststore.location``,
+``ssl.keystore.location``...). ``coordinator scram`` works on the store."""
 
 from __future__ import annotations
 
@@ -41,7 +44,18 @@ def add_parser(subparsers: Any) -> None:
         description="Kafka's ACLs, kept in WAREHOUSE/security/security.json, enforced by "
         "gateways with authorizer.class.name set.",
     )
-    p.add_argument("--warehouse", required=True, metavar="DIR")
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--warehouse", metavar="DIR", help="change the warehouse's store")
+    where.add_argument(
+        "--bootstrap-server",
+        metavar="HOST:PORT",
+        help="through a gateway's CreateAcls, DescribeAcls and DeleteAcls (as kafka-acls.sh)",
+    )
+    p.add_argument(
+        "--command-config",
+        metavar="FILE",
+        help="--bootstrap-server: a Kafka client's properties (security.protocol, sasl.*, ssl.*)",
+    )
     action = p.add_mutually_exclusive_group(required=True)
     action.add_argument("--add", action="store_true")
     action.add_argument("--remove", action="store_true")
@@ -150,8 +164,149 @@ def _show(acls: list[AclBinding]) -> str:
     return "\n".join(lines)
 
 
+class _Store:
+    """ACLs in a warehouse's security store."""
+
+    def __init__(self, warehouse: str) -> None:
+        self.store = SecurityStore(warehouse)
+
+    def add(self, bindings: list[AclBinding]) -> None:
+        for binding in bindings:
+            validate(binding)
+        self.store.add_acls(bindings)
+
+    def remove(self, filters: list[AclFilter]) -> list[AclBinding]:
+        return [a for matched in self.store.delete_acls(filters) for a in matched]
+
+    def list(self, filters: list[AclFilter]) -> list[AclBinding]:
+        return [a for a in self.store.acls() if any(f.matches(a) for f in filters)]
+
+    def close(self) -> None:
+        pass
+
+
+class _Wire:
+    """ACLs through a gateway's (or a Kafka broker's) admin APIs, v1 (pattern types)."""
+
+    VERSION = 1
+
+    def __init__(self, bootstrap: str, command_config: str | None) -> None:
+        from coordinator.admin.upstream_offsets import BlockingConnection
+        from coordinator.cli.settings import read_properties
+        from coordinator.gateway.security.client import UpstreamCredentials
+        from coordinator.gateway.upstream import parse_bootstrap
+        from coordinator.security.settings import SECURITY_SETTINGS, parse
+
+        properties = read_properties(command_config) if command_config else {}
+        unknown = sorted(k for k in properties if f"upstream.{k}" not in SECURITY_SETTINGS)
+        if unknown:
+            raise ValueError(f"{command_config}: not a setting read here: {', '.join(unknown)}")
+        # a Kafka client's security settings are the gateway's upstream.* ones without the prefix
+        settings = parse({f"upstream.{k}": v for k, v in properties.items()}).upstream
+        credentials = (
+            None
+            if settings.protocol == "PLAINTEXT"
+            else UpstreamCredentials.from_settings(settings)
+        )
+        [address, *_] = parse_bootstrap(bootstrap)
+        try:
+            self.connection = BlockingConnection(address, 10.0, 30.0, credentials)
+        except ConnectionError as exc:
+            raise ValueError(f"cannot reach {bootstrap}: {exc}") from exc
+
+    def _call(self, api_key: int, body: dict[str, Any]) -> dict[str, Any]:
+        try:
+            return self.connection.call(api_key, self.VERSION, body)
+        except ConnectionError as exc:
+            raise ValueError(str(exc)) from exc
+
+    @staticmethod
+    def _check(code: int, message: str | None) -> None:
+        if code:
+            from coordinator.metrics.gateway import error_name
+
+            raise ValueError(f"{error_name(code)}: {message or ''}".rstrip(": "))
+
+    def add(self, bindings: list[AclBinding]) -> None:
+        answer = self._call(
+            30,
+            {
+                "creations": [
+                    {
+                        "resource_type": int(b.resource_type),
+                        "resource_name": b.resource_name,
+                        "resource_pattern_type": int(b.pattern_type),
+                        "principal": b.principal,
+                        "host": b.host,
+                        "operation": int(b.operation),
+                        "permission_type": int(b.permission),
+                    }
+                    for b in bindings
+                ]
+            },
+        )
+        for result in answer["results"]:
+            self._check(result["error_code"], result["error_message"])
+
+    @staticmethod
+    def _filter(f: AclFilter) -> dict[str, Any]:
+        return {
+            "resource_type_filter": int(f.resource_type),
+            "resource_name_filter": f.resource_name,
+            "pattern_type_filter": int(f.pattern_type),
+            "principal_filter": f.principal,
+            "host_filter": f.host,
+            "operation": int(f.operation),
+            "permission_type": int(f.permission),
+        }
+
+    @staticmethod
+    def _binding(data: dict[str, Any], acl: dict[str, Any]) -> AclBinding:
+        return AclBinding(
+            ResourceType(data["resource_type"]),
+            data["resource_name"],
+            PatternType(data["pattern_type"]),
+            acl["principal"],
+            acl["host"],
+            Operation(acl["operation"]),
+            Permission(acl["permission_type"]),
+        )
+
+    def remove(self, filters: list[AclFilter]) -> list[AclBinding]:
+        answer = self._call(31, {"filters": [self._filter(f) for f in filters]})
+        removed = []
+        for result in answer["filter_results"]:
+            self._check(result["error_code"], result["error_message"])
+            removed += [self._binding(m, m) for m in result["matching_acls"]]
+        return removed
+
+    def list(self, filters: list[AclFilter]) -> list[AclBinding]:
+        found: list[AclBinding] = []
+        for f in filters:
+            answer = self._call(29, self._filter(f))
+            self._check(answer["error_code"], answer["error_message"])
+            found += [self._binding(r, a) for r in answer["resources"] for a in r["acls"]]
+        return sorted(set(found))
+
+    def close(self) -> None:
+        self.connection.close()
+
+
 def run_acls(args: argparse.Namespace) -> int:
-    store = SecurityStore(args.warehouse)
+    if args.command_config and not args.bootstrap_server:
+        raise ValueError("--command-config goes with --bootstrap-server")
+    where: _Store | _Wire = (
+        _Store(args.warehouse)
+        if args.warehouse
+        else _Wire(args.bootstrap_server, args.command_config)
+    )
+    try:
+        return _run_acls(args, where)
+    finally:
+        where.close()
+
+
+def _run_acls(args: argparse.Namespace, where: _Store | _Wire) -> int:
     pattern = PatternType[args.resource_pattern_type.upper()]
     resources = _resources(args)
     if args.add:
@@ -171,7 +326,7 @@ def run_acls(args: argparse.Namespace) -> int:
         ]
         for binding in bindings:
             validate(binding)
-        store.add_acls(bindings)
+        where.add(bindings)
         print(f"Adding ACLs:\n{_show(bindings)}")
         return 0
     if args.remove:
@@ -185,18 +340,14 @@ def run_acls(args: argparse.Namespace) -> int:
             for who, host, permission in entries
             for op in ops
         ]
-        removed = [a for matched in store.delete_acls(filters) for a in matched]
-        print(f"Removed ACLs:\n{_show(removed)}")
+        print(f"Removed ACLs:\n{_show(where.remove(filters))}")
         return 0
     list_filters = [
         AclFilter(rt, name, pattern if resources else PatternType.ANY)
         for rt, name in (resources or [(ResourceType.ANY, None)])  # type: ignore[list-item]
     ]
     acls = [
-        a
-        for a in store.acls()
-        if any(f.matches(a) for f in list_filters)
-        and (not args.principal or a.principal in args.principal)
+        a for a in where.list(list_filters) if not args.principal or a.principal in args.principal
     ]
     sys.stdout.write(_show(acls))
     return 0
