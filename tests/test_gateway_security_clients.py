@@ -6,6 +6,11 @@ and ACLs managed with confluent-kafka's and kafka-python's admin clients and wit
 
 from __future__ import annotations
 
+import os
+import socket
+import ssl
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,8 +18,16 @@ from typing import Any
 import pytest
 
 from coordinator.cli import main as cli
+from coordinator.gateway import codec
 from tests import client_scenarios as sc
-from tests.security_support import CLIENT_PRINCIPAL, Certificates, make_certificates, secured
+from tests.gateway_support import REQUESTS
+from tests.security_support import (
+    CLIENT_PRINCIPAL,
+    Certificates,
+    RawClient,
+    make_certificates,
+    secured,
+)
 
 CLIENTS = ["kafka-python", "aiokafka", "confluent-kafka"]
 PLAIN_JAAS = (
@@ -511,3 +524,72 @@ def test_clients_of_a_second_listener_stay_on_it(
         form_group_and_commit(client, port, f"external-{client}", options)
     finally:
         running.stop()
+
+
+@pytest.mark.slow
+def test_the_gateway_command_serves_its_listeners_from_the_properties(
+    tmp_path: Path, certificates: Certificates
+):
+    """``coordinator gateway --gateway-conf``: ``listeners`` replaces --listen, SCRAM users
+    come from the log warehouse's store (set with ``coordinator scram``), ACLs are enforced."""
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    warehouse = tmp_path / "gw"
+    assert (
+        cli(
+            [
+                "scram",
+                "--warehouse",
+                str(warehouse),
+                "--add-scram",
+                "SCRAM-SHA-512=[name=alice,password=alice-secret,iterations=4096]",
+            ]
+        )
+        == 0
+    )
+    conf = tmp_path / "gateway.properties"
+    conf.write_text(
+        f"listeners=SASL_SSL://127.0.0.1:{port}\n"
+        "sasl.enabled.mechanisms=SCRAM-SHA-512\n"
+        f"ssl.keystore.location={certificates.path('server.pem')}\n"
+        "authorizer.class.name=x\n"
+        "topics=t:3\n"
+    )
+    root = Path(__file__).resolve().parent.parent
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "coordinator",
+            "gateway",
+            "--embedded",
+            "--listen",
+            "127.0.0.1:1",
+            "--log-warehouse",
+            str(warehouse),
+            "--gateway-conf",
+            str(conf),
+        ],
+        cwd=root,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ, PYTHONUNBUFFERED="1"),
+    )
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        assert line.startswith(f"coordinator gateway listening on 127.0.0.1:{port}"), line
+        assert "SASL_SSL" in line
+        context = ssl.create_default_context(cafile=certificates.ca)
+        client = RawClient(port, context)
+        assert client.authenticate("SCRAM-SHA-512", "alice", "alice-secret")["error_code"] == 0
+        body = {**REQUESTS[codec.JOIN_GROUP], "group_id": "g"}
+        assert client.call(codec.JOIN_GROUP, 3, body)["error_code"] == 30  # no ACL
+        client.close()
+    finally:
+        process.terminate()
+        _, err = process.communicate(timeout=30)
+    assert "Traceback" not in err, err
