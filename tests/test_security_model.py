@@ -420,3 +420,13 @@ def test_no_matching_rule_and_literal_back_references():
     assert mapper.name("CN=bob,O=A") == "bob@x$2"
     with pytest.raises(principal.NoMatchingRule):
         mapper.name("O=A")
+
+
+def test_security_bench_prints_its_figures(capsys):
+    import json
+
+    from coordinator.cli import main
+
+    assert main(["bench", "security", "--json"]) == 0
+    figures = json.loads(capsys.readouterr().out)
+    assert len(figures) == 3 and all(value > 0 for value in figures.values())

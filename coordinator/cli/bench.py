@@ -20,6 +20,11 @@ def add_parser(subparsers: Any) -> None:
     assignors.add_argument("--json", action="store_true", help="print one JSON object")
     assignors.add_argument("--quick", action="store_true", help="the two smallest sizes only")
     assignors.set_defaults(run=run_assignors)
+    security = kinds.add_parser(
+        "security", help="an ACL decision over many ACLs, a SCRAM exchange's server side"
+    )
+    security.add_argument("--json", action="store_true", help="print one JSON object")
+    security.set_defaults(run=run_security)
     group = kinds.add_parser("group", help="a simulated group stabilising through the engine")
     group.add_argument("--members", type=int, default=1000)
     group.add_argument("--assignor", default="cooperative-sticky")
@@ -289,6 +294,18 @@ def run_assignors(args: argparse.Namespace) -> int:
     for name, timings in figures.items():
         for size, ms in timings.items():
             print(f"  {name:<20} {size:<24} {ms:>12,.1f} ms")
+    return 0
+
+
+def run_security(args: argparse.Namespace) -> int:
+    from coordinator.bench.security import bench_security
+
+    figures = bench_security()
+    if args.json:
+        print(json.dumps(figures))
+    else:
+        for name, value in figures.items():
+            print(f"{name}: {value:.2f}")
     return 0
 
 
