@@ -805,3 +805,33 @@ def test_acls_command_through_a_gateways_admin_apis(tmp_path, capsys, certificat
         assert main(["acls", *server, "--list"]) == 2
     finally:
         running.stop()
+
+
+def test_scram_sha_256_with_each_sasl_authenticate_version(tmp_path):
+    from coordinator.security.scram import SCRAM_SHA_256
+
+    SecurityStore(tmp_path).alter_scram(
+        [("dan", ScramCredential.from_password(SCRAM_SHA_256, "dan-secret", b"t" * 16, 4096))],
+        [],
+    )
+    running = secured(
+        {"listeners": "SASL_PLAINTEXT://127.0.0.1:0", "sasl.enabled.mechanisms": "SCRAM-SHA-256"},
+        tmp_path,
+    )
+    try:
+        from coordinator.security.scram import MECHANISMS, ScramClient
+
+        for version in (0, 1, 2):
+            client = RawClient(running.port)
+            handshake = client.call(codec.SASL_HANDSHAKE, 1, {"mechanism": "SCRAM-SHA-256"})
+            assert handshake == {"error_code": 0, "mechanisms": ["SCRAM-SHA-256"]}
+            scram = ScramClient(MECHANISMS["SCRAM-SHA-256"], "dan", "dan-secret", f"n{version}")
+            first = client.call(codec.SASL_AUTHENTICATE, version, {"auth_bytes": scram.first()})
+            final_token = scram.final(first["auth_bytes"])
+            final = client.call(codec.SASL_AUTHENTICATE, version, {"auth_bytes": final_token})
+            assert final["error_code"] == 0
+            scram.verify(final["auth_bytes"])
+            assert client.call(codec.LIST_GROUPS, 4, {})["error_code"] == 0
+            client.close()
+    finally:
+        running.stop()
