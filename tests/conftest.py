@@ -90,6 +90,16 @@ def stop_spark_session(session: Any, timeout_s: float = 60.0) -> None:
     job.stop_session(session, timeout_s)
 
 
+@pytest.fixture(scope="module")
+def noida() -> Iterator[Any]:
+    """noida-db (a Kafka-compatible broker from PyPI) as an upstream cluster, one per module."""
+    from tests.upstream_support import noida_broker
+
+    server = noida_broker()
+    yield server
+    server.stop()
+
+
 @pytest.fixture
 def gateway() -> Iterator[Any]:
     """An embedded gateway on an ephemeral port, in its own thread (tests/gateway_support.py)."""

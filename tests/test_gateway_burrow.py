@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from tests.gateway_support import Running
-from tests.upstream_support import closed_port, noida_broker, upstream_gateway
+from tests.upstream_support import closed_port, upstream_gateway
 
 pytestmark = pytest.mark.slow
 
@@ -106,13 +106,6 @@ def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
     finally:
         server.terminate()
         server.wait(30)
-
-
-@pytest.fixture(scope="module")
-def noida() -> Iterator[Any]:
-    server = noida_broker()
-    yield server
-    server.stop()
 
 
 @pytest.fixture

@@ -22,7 +22,7 @@ import pytest
 from coordinator.gateway import codec
 from tests.gateway_support import Running
 from tests.go_support import GoBuilds, run_fixture
-from tests.upstream_support import call_on, noida_broker, upstream_gateway
+from tests.upstream_support import call_on, upstream_gateway
 
 pytestmark = pytest.mark.slow
 
@@ -33,13 +33,6 @@ WAIT_S = 90.0
 @pytest.fixture(scope="session")
 def go(tmp_path_factory: pytest.TempPathFactory) -> GoBuilds:
     return GoBuilds(tmp_path_factory.mktemp("go"))
-
-
-@pytest.fixture(scope="module")
-def noida() -> Iterator[Any]:
-    server = noida_broker()
-    yield server
-    server.stop()
 
 
 @pytest.fixture

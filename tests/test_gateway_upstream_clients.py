@@ -14,18 +14,11 @@ import pytest
 
 from coordinator.gateway import codec
 from tests.gateway_support import Running
-from tests.upstream_support import call_on, noida_broker, upstream_gateway
+from tests.upstream_support import call_on, upstream_gateway
 
 TOPIC, PARTITIONS = "orders", 4
 GROUP = "upstream-readers"
 WAIT_S = 90.0  # a loaded 2-core machine
-
-
-@pytest.fixture(scope="module")
-def noida() -> Iterator[Any]:
-    server = noida_broker()
-    yield server
-    server.stop()
 
 
 @pytest.fixture

@@ -654,6 +654,17 @@ class _Measured:
     false_expiries: list[tuple[float, int]] = field(default_factory=list)
 
 
+def _sleep(check: Callable[[], None], seconds: float, until: Callable[[], bool] | None) -> None:
+    """Wait ``seconds`` or until ``until()``, calling ``check`` (which raises on a failure)
+    every tenth of a second."""
+    end = time.time() + seconds
+    while time.time() < end:
+        check()
+        if until is not None and until():
+            return
+        time.sleep(0.1)
+
+
 class Load:
     """The driver and reader threads over one warehouse (see the module docstring)."""
 
@@ -731,12 +742,7 @@ class Load:
             raise RuntimeError(f"the query stopped: {self.query.exception()}")
 
     def sleep(self, seconds: float, until: Callable[[], bool] | None = None) -> None:
-        end = time.time() + seconds
-        while time.time() < end:
-            self.check()
-            if until is not None and until():
-                return
-            time.sleep(0.1)
+        _sleep(self.check, seconds, until)
 
     def _due(self, now: float) -> list[int]:
         if not self.sending:
@@ -992,12 +998,7 @@ class LoadProcess:
             raise RuntimeError(f"the query stopped: {self.query.exception()}")
 
     def sleep(self, seconds: float, until: Callable[[], bool] | None = None) -> None:
-        end = time.time() + seconds
-        while time.time() < end:
-            self.check()
-            if until is not None and until():
-                return
-            time.sleep(0.1)
+        _sleep(self.check, seconds, until)
 
     def set(self, name: str, value: Any) -> None:
         """Set the child's ``Load.<name>`` (``rate``, ``window_start``, ``sending``)."""
