@@ -17,7 +17,10 @@ from coordinator.errors import Error
 from coordinator.group.model import OFFSET_EXPIRY, ClassicGroup
 from coordinator.ids import IdSource
 from coordinator.log import records as log
+from coordinator.log.records import Group
+from coordinator.modern.model import ConsumerGroup
 from coordinator.requests import response
+from coordinator.topics import EMPTY_IMAGE, TopicImage
 
 #: Timer keys within a group (Kafka: heartbeat-<group>-<member>, join-<group>, sync-<group>).
 JOIN_KEY = "join"
@@ -41,6 +44,7 @@ class GroupContext:
         "offsets_partition",
         "records",
         "responses",
+        "topics",
     )
 
     def __init__(
@@ -50,11 +54,12 @@ class GroupContext:
         ids: IdSource,
         next_seq: Callable[[], int],
         group_id: str,
-        group: ClassicGroup | None,
+        group: Group | None,
         offsets_partition: int,
         responses: list[dict[str, Any]],
         records: list[dict[str, Any]],
         answer_ms: int | None = None,
+        topics: TopicImage = EMPTY_IMAGE,
     ) -> None:
         self.config = config
         self.now_ms = now_ms
@@ -65,6 +70,8 @@ class GroupContext:
         self.next_seq = next_seq
         self.group_id = group_id
         self.group = group
+        #: The topics as the caller last described them (consumer groups assign from them).
+        self.topics = topics
         self.offsets_partition = offsets_partition
         self.responses = responses
         self.records = records
@@ -91,6 +98,19 @@ class GroupContext:
 
     # -- groups and timers --------------------------------------------------------------------
 
+    @property
+    def classic(self) -> ClassicGroup | None:
+        """The group, for the classic protocol's code, which runs only on classic groups."""
+        group = self.group
+        assert not isinstance(group, ConsumerGroup), "a classic path reached a consumer group"
+        return group
+
+    @property
+    def consumer(self) -> ConsumerGroup | None:
+        group = self.group
+        assert not isinstance(group, ClassicGroup), "a consumer path reached a classic group"
+        return group
+
     def create_group(self) -> ClassicGroup:
         group = ClassicGroup(group_id=self.group_id, current_state_timestamp_ms=self.now_ms)
         self.group = group
@@ -113,7 +133,7 @@ class GroupContext:
         if self.group is not None:
             self.group.cancel(key)
 
-    def ensure_expiry_timer(self, group: ClassicGroup) -> None:
+    def ensure_expiry_timer(self, group: Group) -> None:
         """Every group is swept for expired offsets (8.7).
 
         Sweeps run at whole multiples of ``offsets_retention_check_interval_ms`` on the engine's
@@ -133,7 +153,7 @@ class GroupContext:
         id) gives the same id again when a request id is reused, so an id the group already
         holds is minted again from (request id, attempt) until it is new."""
         member_id = f"{prefix}-{self.ids(self.group_id, request_id)}"
-        group, attempt = self.group, 0
+        group, attempt = self.classic, 0
         while group is not None and (
             member_id in group.members or member_id in group.pending_members
         ):

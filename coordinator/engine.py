@@ -21,10 +21,12 @@ from coordinator.context import GroupContext, heartbeat_key
 from coordinator.errors import Error
 from coordinator.group import membership
 from coordinator.group.model import HEARTBEAT, ClassicGroup
-from coordinator.group.states import GroupState, parse_state_filter
 from coordinator.ids import IdSource, random_ids
 from coordinator.log import records as log
 from coordinator.log.partitioning import partition_for
+from coordinator.log.records import Group
+from coordinator.modern import heartbeat as modern
+from coordinator.modern.model import ConsumerGroup, MemberState
 from coordinator.requests import (
     BadRequest,
     Request,
@@ -35,6 +37,7 @@ from coordinator.requests import (
 )
 from coordinator.serde import DecodeError
 from coordinator.step import fire_timer, precheck, precheck_message, serve
+from coordinator.topics import EMPTY_IMAGE, TopicImage
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +77,8 @@ class GroupCoordinator:
         self._loading: set[int] = set()
         self._epochs: dict[int, int] = {}
         self._owners: dict[int, CoordinatorNode] = {}
-        self._groups: dict[str, ClassicGroup] = {}
+        self._groups: dict[str, Group] = {}
+        self._topics: TopicImage = EMPTY_IMAGE
         self._now = 0
         self._next_seq = itertools.count(1).__next__
         #: (deadline, seq, group id): the earliest timer of each group, registered lazily.
@@ -130,6 +134,41 @@ class GroupCoordinator:
         touched, self._touched = self._touched, set()
         return touched
 
+    def update_topics(self, topics: Iterable[dict[str, Any]], now_ms: int) -> list[dict[str, Any]]:
+        """The whole current list of topics, ``[{name, topic_id, partitions}]`` (contract,
+        section 6). Raises ValueError on a malformed list (and changes nothing).
+
+        As Kafka's metadata image does, a change reaches each consumer group subscribed to the
+        topic at its members' next heartbeat, which recomputes the subscription metadata and,
+        when it differs, bumps the group epoch and computes a new target assignment. A deleted
+        topic's committed offsets are deleted at once, in every group
+        (``onPartitionsDeleted``). Returns the responses of the timers due by ``now_ms``."""
+        image = TopicImage.parse(topics, version=self._topics.version + 1)
+        out: list[dict[str, Any]] = []
+        self._advance(now_ms, out)
+        old = self._topics
+        self._topics = image
+        gone = {
+            t.name
+            for t in old
+            if (now := image.by_name(t.name)) is None or now.topic_id != t.topic_id
+        }
+        if gone:
+            for group_id in sorted(self._groups):
+                group = self._groups[group_id]
+                doomed = sorted(key for key in group.offsets if key[0] in gone)
+                if not doomed or self.partition_for(group_id) in self._loading:
+                    continue
+                ctx = self._context(group_id, group, out)
+                for topic, partition in doomed:
+                    ctx.append(log.offset_tombstone(group_id, topic, partition, self._now))
+                self._commit(ctx)
+        return out
+
+    @property
+    def topics(self) -> TopicImage:
+        return self._topics
+
     @classmethod
     def from_records(
         cls,
@@ -150,7 +189,7 @@ class GroupCoordinator:
     def now_ms(self) -> int:
         return self._now
 
-    def group(self, group_id: str) -> ClassicGroup | None:
+    def group(self, group_id: str) -> Group | None:
         return self._groups.get(group_id)
 
     def group_ids(self) -> list[str]:
@@ -218,8 +257,9 @@ class GroupCoordinator:
             self._epochs[partition] = epoch
         self._advance(now_ms, out)
         for group_id in [g for g in self._groups if self.partition_for(g) == partition]:
-            ctx = self._context(group_id, self._groups[group_id], out)
-            membership.unload_group(ctx, self._groups[group_id])
+            group = self._groups[group_id]
+            if isinstance(group, ClassicGroup):
+                membership.unload_group(self._context(group_id, group, out), group)
             del self._groups[group_id]
             self._registered.pop(group_id, None)
         self._owned.discard(partition)
@@ -237,7 +277,7 @@ class GroupCoordinator:
 
     def _load(self, partitions: set[int], records: Iterable[dict[str, Any]]) -> None:
         now = self._now
-        loaded: dict[str, ClassicGroup] = {}
+        loaded: dict[str, Group] = {}
         num = self.config.offsets_topic_num_partitions
         for position, raw in enumerate(records):
             record = _readable(raw, position)
@@ -301,7 +341,12 @@ class GroupCoordinator:
 
     def _list_groups(self, request: Request) -> dict[str, Any]:
         listed = [
-            (group_id, group.protocol_type, group.state.value)
+            (
+                group_id,
+                group.protocol_type,
+                group.state.value,
+                "consumer" if isinstance(group, ConsumerGroup) else "classic",
+            )
             for group_id, group in sorted(self._groups.items())
         ]
         return list_groups_response(request, listed, sorted(self._loading))
@@ -316,7 +361,7 @@ class GroupCoordinator:
     def _context(
         self,
         group_id: str,
-        group: ClassicGroup | None,
+        group: Group | None,
         out: list[dict[str, Any]],
         answered_ms: int | None = None,
     ) -> GroupContext:
@@ -331,6 +376,7 @@ class GroupCoordinator:
             out,
             [],
             answered_ms,
+            self._topics,
         )
 
     def _commit(self, ctx: GroupContext) -> None:
@@ -414,29 +460,33 @@ def find_coordinator_response(
 
 def list_groups_response(
     request: Request,
-    groups: Iterable[tuple[str, str | None, str]],
+    groups: Iterable[tuple[Any, ...]],
     loading_partitions: Iterable[int] = (),
 ) -> dict[str, Any]:
-    """ListGroups' answer over (group id, protocol type, state name) rows, filters applied.
+    """ListGroups' answer over (group id, protocol type, state name[, group type]) rows, filters
+    applied; a row without a type is a classic group's.
 
-    Shared by the engine and by the Spark job, which answers from its ``group_state`` table."""
+    Kafka 4.0's ``listGroups``: states are matched case-insensitively and trimmed, types by
+    ``GroupType.parse`` (an unknown type matches no group). Shared by the engine and by the
+    Spark job, which answers from its ``group_state`` table."""
     states_filter = request.body["states_filter"]
     types_filter = request.body["types_filter"]
-    wanted_states: set[GroupState | None] | None = None
-    if states_filter:
-        wanted_states = {parse_state_filter(s) for s in states_filter}
-    if types_filter and not any(t.strip().lower() == "classic" for t in types_filter):
-        groups = ()
+    wanted_states = {s.strip().lower() for s in states_filter} if states_filter else None
+    wanted_types = {t.strip().lower() for t in types_filter} if types_filter else None
     listed = []
-    for group_id, protocol_type, state in groups:
-        if wanted_states is not None and GroupState(state) not in wanted_states:
+    for row in groups:
+        group_id, protocol_type, state = row[0], row[1], row[2]
+        group_type = row[3] if len(row) > 3 else "classic"
+        if wanted_states is not None and state.lower() not in wanted_states:
+            continue
+        if wanted_types is not None and group_type not in wanted_types:
             continue
         listed.append(
             {
                 "group_id": group_id,
                 "protocol_type": protocol_type or "",
                 "group_state": state,
-                "group_type": "classic",
+                "group_type": group_type,
             }
         )
     # Kafka 3.x: while a partition loads, say so, but list the groups that are loaded.
@@ -446,12 +496,33 @@ def list_groups_response(
     return response("list_groups", request.request_id, "", error, message, groups=listed)
 
 
-def on_loaded(ctx: GroupContext, group: ClassicGroup) -> None:
+def on_loaded(ctx: GroupContext, group: Group) -> None:
     """After a load: fresh sessions for every member, the sweep armed, and a group over
-    ``group.max.size`` sent to rebalance (Kafka's ``onLoaded``)."""
-    for member in group.members.values():
+    ``group.max.size`` sent to rebalance (Kafka's ``onLoaded``); a consumer group's members
+    revoking partitions get their rebalance timeouts again."""
+    if isinstance(group, ConsumerGroup):
+        for member in group.members.values():
+            ctx.schedule(
+                modern.session_key(member.member_id),
+                ctx.config.group_consumer_session_timeout_ms,
+                modern.CONSUMER_SESSION,
+                member.member_id,
+            )
+            if member.state is MemberState.UNREVOKED_PARTITIONS:
+                ctx.schedule(
+                    modern.rebalance_key(member.member_id),
+                    member.rebalance_timeout_ms,
+                    modern.CONSUMER_REBALANCE,
+                    (member.member_id, member.member_epoch),
+                )
+        ctx.ensure_expiry_timer(group)
+        return
+    for classic in group.members.values():
         ctx.schedule(
-            heartbeat_key(member.member_id), member.session_timeout_ms, HEARTBEAT, member.member_id
+            heartbeat_key(classic.member_id),
+            classic.session_timeout_ms,
+            HEARTBEAT,
+            classic.member_id,
         )
     ctx.ensure_expiry_timer(group)
     limit = ctx.config.group_max_size
@@ -466,7 +537,7 @@ def on_loaded(ctx: GroupContext, group: ClassicGroup) -> None:
         )
 
 
-def _head(group: ClassicGroup) -> int | None:
+def _head(group: Group) -> int | None:
     head = group.next_timer()
     return None if head is None else head[0]
 
@@ -475,7 +546,7 @@ def _readable(raw: dict[str, Any], position: int) -> dict[str, Any] | None:
     """A log record in the replay's form: Kafka's key and value bytes win when present."""
     key = raw.get("key")
     if key is None:
-        if raw.get("record_type") not in (log.OFFSET_COMMIT, log.GROUP_METADATA):
+        if raw.get("record_type") not in log.RECORD_TYPES:
             raise ValueError(f"log record {position} has neither key bytes nor a record_type")
         return raw
     try:

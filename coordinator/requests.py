@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from coordinator.errors import Error
+from coordinator.topics import uuid_to_bytes
 
 #: The newest version of each API that Kafka's classic coordinator serves (contract, section 1).
 MAX_API_VERSION: dict[str, int] = {
@@ -33,6 +34,9 @@ MAX_API_VERSION: dict[str, int] = {
     "list_groups": 5,
     "delete_groups": 2,
     "find_coordinator": 6,
+    # Kafka 4.0's consumer groups (KIP-848; contract, section 6).
+    "consumer_group_heartbeat": 1,
+    "consumer_group_describe": 1,
 }
 APIS = frozenset(MAX_API_VERSION)
 
@@ -193,6 +197,21 @@ COMMIT_PARTITION = struct(
 )
 TOPIC_PARTITION = struct((("topic", string, REQUIRED), ("partition", int32, REQUIRED)))
 
+
+def topic_id(name: str, value: Any) -> str:
+    """A Kafka ``Uuid`` in its 22-character string form (contract, section 6)."""
+    text = string(name, value)
+    try:
+        uuid_to_bytes(text)
+    except ValueError as exc:
+        raise BadRequest(Error.INVALID_REQUEST, f"{name}: {exc}") from None
+    return text
+
+
+OWNED_PARTITIONS = struct(
+    (("topic_id", topic_id, REQUIRED), ("partitions", array(int32), REQUIRED))
+)
+
 API_FIELDS: dict[str, Spec] = {
     "join_group": (
         ("member_id", string, ""),
@@ -232,6 +251,9 @@ API_FIELDS: dict[str, Spec] = {
     "offset_fetch": (
         ("partitions", nullable(array(TOPIC_PARTITION)), None),
         ("require_stable", boolean, False),
+        # v9+: a consumer group's member asks with its id and epoch (null id: an admin fetch).
+        ("member_id", nullable(string), None),
+        ("member_epoch", int32, -1),
     ),
     "offset_delete": (("partitions", array(TOPIC_PARTITION), REQUIRED),),
     "describe_groups": (),
@@ -241,6 +263,20 @@ API_FIELDS: dict[str, Spec] = {
         ("types_filter", nullable(array(string)), None),
     ),
     "find_coordinator": (("key_type", int32, 0),),
+    "consumer_group_heartbeat": (
+        ("member_id", string, ""),
+        ("member_epoch", int32, REQUIRED),
+        ("instance_id", nullable(string), None),
+        ("rack_id", nullable(string), None),
+        ("rebalance_timeout_ms", int32, -1),
+        ("subscribed_topic_names", nullable(array(string)), None),
+        ("subscribed_topic_regex", nullable(string), None),
+        ("server_assignor", nullable(string), None),
+        ("topic_partitions", nullable(array(OWNED_PARTITIONS)), None),
+        ("client_id", string, ""),
+        ("client_host", string, ""),
+    ),
+    "consumer_group_describe": (("include_authorized_operations", boolean, False),),
 }
 
 
@@ -366,6 +402,9 @@ def _offset_fetch(request: Request) -> None:
         raise BadRequest(Error.INVALID_REQUEST, "OffsetFetch v0-v1 must list partitions")
     if request.api_version < 7:
         body["require_stable"] = False
+    if request.api_version < 9:
+        body["member_id"] = None
+        body["member_epoch"] = -1
 
 
 def _list_groups(request: Request) -> None:
@@ -381,6 +420,11 @@ def _find_coordinator(request: Request) -> None:
             Error.INVALID_REQUEST,
             f"key_type {request.body['key_type']} is not served: only groups (0) are coordinated here",
         )
+
+
+def _consumer_group_heartbeat(request: Request) -> None:
+    if request.api_version < 1:
+        request.body["subscribed_topic_regex"] = None  # v1 added SubscribedTopicRegex
 
 
 def _nothing(request: Request) -> None:
@@ -399,6 +443,8 @@ _VERSIONED: dict[str, Callable[[Request], None]] = {
     "delete_groups": _nothing,
     "list_groups": _list_groups,
     "find_coordinator": _find_coordinator,
+    "consumer_group_heartbeat": _consumer_group_heartbeat,
+    "consumer_group_describe": _nothing,
 }
 
 
@@ -445,6 +491,21 @@ def error_fields(api: str, body: dict[str, Any] | None, error: Error) -> dict[st
         return {"groups": []}
     if api == "find_coordinator":
         return {"offsets_partition": -1, "node_id": -1, "host": "", "port": -1}
+    if api == "consumer_group_heartbeat":
+        return {
+            "member_id": None,
+            "member_epoch": 0,
+            "heartbeat_interval_ms": 0,
+            "assignment": None,
+        }
+    if api == "consumer_group_describe":
+        return {
+            "group_state": "",
+            "group_epoch": 0,
+            "assignment_epoch": 0,
+            "assignor_name": "",
+            "members": [],
+        }
     return {}
 
 

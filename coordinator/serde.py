@@ -59,6 +59,12 @@ class Writer:
     def int8(self, value: int) -> None:
         self._pack(_I8, value, "int8")
 
+    def uuid(self, value: bytes) -> None:
+        """A Kafka ``uuid`` field: its 16 bytes as they are."""
+        if len(value) != 16:
+            raise ValueError(f"a uuid is 16 bytes, got {len(value)}")
+        self._buf += value
+
     def int16(self, value: int) -> None:
         self._pack(_I16, value, "int16")
 
@@ -166,6 +172,10 @@ class Reader:
 
     def skip(self, n: int) -> None:
         self._take(n)
+
+    def uuid(self) -> bytes:
+        """A Kafka ``uuid`` field (16 bytes)."""
+        return self._take(16)
 
     def _take(self, n: int) -> bytes:
         pos = self._pos

@@ -40,10 +40,13 @@ from coordinator.group.model import (
     JOIN,
     OFFSET_EXPIRY,
     SYNC,
-    ClassicGroup,
 )
 from coordinator.ids import IdSource
 from coordinator.log.partitioning import partition_for
+from coordinator.log.records import Group
+from coordinator.modern import apis as modern_apis
+from coordinator.modern import heartbeat as modern
+from coordinator.modern.model import ConsumerGroup
 from coordinator.offsets import manager as offsets
 from coordinator.requests import (
     BadRequest,
@@ -52,6 +55,7 @@ from coordinator.requests import (
     error_response,
     parse,
 )
+from coordinator.topics import EMPTY_IMAGE, TopicImage
 
 #: APIs served per group (ListGroups and FindCoordinator are answered above the groups).
 GROUP_APIS: dict[str, Callable[[GroupContext, Request], None]] = {
@@ -64,6 +68,19 @@ GROUP_APIS: dict[str, Callable[[GroupContext, Request], None]] = {
     "offset_commit": offsets.offset_commit,
     "offset_fetch": offsets.offset_fetch,
     "offset_delete": offsets.offset_delete,
+    "consumer_group_heartbeat": modern.heartbeat,
+    "consumer_group_describe": modern.describe,
+}
+
+#: How a consumer group's id answers the classic APIs (:mod:`coordinator.modern.apis`).
+ON_CONSUMER_GROUP: dict[str, Callable[[GroupContext, Request], None]] = {
+    **GROUP_APIS,
+    "join_group": modern_apis.join_group,
+    "sync_group": modern_apis.unknown_classic_member,
+    "heartbeat": modern_apis.unknown_classic_member,
+    "leave_group": modern_apis.unknown_classic_member,
+    "describe_groups": modern_apis.describe_group,
+    "delete_groups": modern_apis.delete_group,
 }
 
 #: APIs whose group id must be non-empty (the others accept "" "for backwards compatibility").
@@ -95,8 +112,9 @@ def precheck_message(error: Error, request: Request, config: CoordinatorConfig) 
 
 
 def serve(ctx: GroupContext, request: Request) -> None:
-    """Serve one parsed, prechecked request on the context's group."""
-    GROUP_APIS[request.api](ctx, request)
+    """Serve one parsed, prechecked request on the context's group, as its type answers it."""
+    apis = ON_CONSUMER_GROUP if isinstance(ctx.group, ConsumerGroup) else GROUP_APIS
+    apis[request.api](ctx, request)
 
 
 def fire_timer(ctx: GroupContext, key: str) -> None:
@@ -105,7 +123,17 @@ def fire_timer(ctx: GroupContext, key: str) -> None:
     assert group is not None
     timer = group.pop_timer(key)
     kind = timer.kind
-    if kind == HEARTBEAT:
+    if kind == OFFSET_EXPIRY:
+        offsets.expire_offsets(ctx, group)
+        if ctx.group is not None:
+            ctx.ensure_expiry_timer(ctx.group)
+    elif kind == modern.CONSUMER_SESSION:
+        modern.expire_session(ctx, timer.payload)
+    elif kind == modern.CONSUMER_REBALANCE:
+        modern.expire_rebalance(ctx, timer.payload)
+    elif isinstance(group, ConsumerGroup):
+        return  # a classic timer left over from the classic group this one replaced
+    elif kind == HEARTBEAT:
         membership.expire_member_heartbeat(ctx, group, timer.payload)
     elif kind == JOIN:
         membership.complete_join(ctx, group)
@@ -114,10 +142,6 @@ def fire_timer(ctx: GroupContext, key: str) -> None:
         membership.try_complete_initial_rebalance_else_schedule(ctx, group, delay, remaining)
     elif kind == SYNC:
         membership.expire_pending_sync(ctx, group, timer.payload)
-    elif kind == OFFSET_EXPIRY:
-        offsets.expire_offsets(ctx, group)
-        if ctx.group is not None:
-            ctx.ensure_expiry_timer(ctx.group)
     else:  # pragma: no cover - the kinds above are all there are
         raise RuntimeError(f"unknown timer kind {kind!r}")
 
@@ -133,7 +157,7 @@ def fire_due_timers(ctx: GroupContext) -> None:
 
 @dataclass(slots=True)
 class StepResult:
-    group: ClassicGroup | None
+    group: Group | None
     responses: list[dict[str, Any]]
     records: list[dict[str, Any]]
     #: When the group next needs a step with no request (its earliest timer), or None.
@@ -143,13 +167,14 @@ class StepResult:
 
 
 def step(
-    group: ClassicGroup | None,
+    group: Group | None,
     group_id: str,
     requests: Iterable[Any],
     now_ms: int,
     config: CoordinatorConfig,
     ids: IdSource,
     arrival_ms: Sequence[int | None] | None = None,
+    topics: TopicImage = EMPTY_IMAGE,
 ) -> StepResult:
     """Run one group id up to ``now_ms``: its due timers and each request in order.
 
@@ -192,7 +217,7 @@ def step(
     if group is not None and group.clock_ms is not None:
         start = max(group.clock_ms, start)
     ctx = GroupContext(
-        config, start, ids, next_seq, group_id, group, partition, responses, records, now_ms
+        config, start, ids, next_seq, group_id, group, partition, responses, records, now_ms, topics
     )
 
     def fire() -> None:

@@ -6,6 +6,7 @@ import re
 from typing import Any, TextIO
 
 from coordinator.engine import GroupCoordinator
+from coordinator.modern.model import ConsumerGroup
 
 _MEMBER_ID = re.compile(
     r"^(.*)-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{8}([0-9a-f]{4})$"
@@ -70,6 +71,13 @@ class Timeline:
             group = coordinator.group(group_id)
             assert group is not None
             members = ", ".join(short_member_id(m) for m in group.members)
+            if isinstance(group, ConsumerGroup):
+                self.out.write(
+                    f"  -> {group_id}: consumer group {group.state.value}, epoch "
+                    f"{group.group_epoch}, assignment epoch {group.assignment_epoch}, members "
+                    f"[{members}], {len(group.offsets)} committed offsets\n"
+                )
+                continue
             self.out.write(
                 f"  -> {group_id}: {group.state.value}, generation {group.generation_id}, "
                 f"leader {short_member_id(group.leader_id)}, members [{members}], "

@@ -17,6 +17,7 @@ from coordinator.client.member import GroupMember
 from coordinator.client.transport import Callback, InProcessTransport, SimClock, Transport
 from coordinator.config import CoordinatorConfig
 from coordinator.engine import GroupCoordinator
+from coordinator.group.model import ClassicGroup
 from coordinator.ids import SequentialIds
 
 
@@ -160,7 +161,7 @@ class Simulation:
         agrees that the group is Stable with exactly them."""
         members = self.live_members(group_id)
         group = self.coordinator.group(group_id)
-        if not members or group is None or group.state.value != "Stable":
+        if not members or not isinstance(group, ClassicGroup) or group.state.value != "Stable":
             return False
         if any(m.state.value != "STABLE" or m.rejoin_needed for m in members):
             return False

@@ -171,7 +171,7 @@ def validate_member(group: ClassicGroup, member_id: str, instance_id: str | None
 def join_group(ctx: GroupContext, request: Request) -> None:
     body = request.body
     member_id: str = body["member_id"]
-    group = ctx.group
+    group = ctx.classic
     is_new_group = group is None
     records_before = len(ctx.records)
     if group is None:
@@ -605,7 +605,7 @@ def expire_pending_sync(ctx: GroupContext, group: ClassicGroup, generation_id: i
 
 def sync_group(ctx: GroupContext, request: Request) -> None:
     body = request.body
-    group = ctx.group
+    group = ctx.classic
     member_id: str = body["member_id"]
 
     def fail(error: Error) -> None:
@@ -681,7 +681,7 @@ def remove_pending_sync_member(ctx: GroupContext, group: ClassicGroup, member_id
 
 def heartbeat(ctx: GroupContext, request: Request) -> None:
     body = request.body
-    group = ctx.group
+    group = ctx.classic
     error: Error
     if group is None:
         error = Error.UNKNOWN_MEMBER_ID
@@ -711,7 +711,7 @@ def leave_group(ctx: GroupContext, request: Request) -> None:
     then leave a group already rebalancing. Kafka 4.x says "explicit `LeaveGroup` request for
     (M1, M2) members." and drops the client's reason, which is the part worth keeping."""
     identities: list[dict[str, Any]] = request.body["members"]
-    group = ctx.group
+    group = ctx.classic
     if group is None:
         results = [_leave_result(m, Error.UNKNOWN_MEMBER_ID) for m in identities]
         return _answer_leave(ctx, request, Error.NONE, results)
@@ -769,7 +769,7 @@ def _answer_leave(
 
 
 def describe_group(ctx: GroupContext, request: Request) -> None:
-    group = ctx.group
+    group = ctx.classic
     if group is None or group.state is DEAD:
         ctx.respond(
             "describe_groups",
@@ -806,7 +806,7 @@ def describe_group(ctx: GroupContext, request: Request) -> None:
 
 
 def delete_group(ctx: GroupContext, request: Request) -> None:
-    group = ctx.group
+    group = ctx.classic
     if group is None or group.state is DEAD:
         error = Error.GROUP_ID_NOT_FOUND
     elif group.state is not EMPTY:

@@ -9,7 +9,6 @@ keep the books consistent (counts, static mapping, leader); the protocol's decis
 
 from __future__ import annotations
 
-import heapq
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,6 +19,7 @@ from coordinator.group.states import (
     GroupState,
     IllegalStateTransition,
 )
+from coordinator.group.timers import Timer, TimerBook
 from coordinator.serde import DecodeError
 
 EMPTY_ASSIGNMENT = b""
@@ -95,17 +95,7 @@ OFFSET_EXPIRY = "offset-expiry"
 
 
 @dataclass(slots=True)
-class Timer:
-    deadline_ms: int
-    seq: int
-    kind: str
-    #: kind-specific data: the member id (heartbeat), (delay, remaining) (initial join),
-    #: the generation (sync).
-    payload: Any = None
-
-
-@dataclass(slots=True)
-class ClassicGroup:
+class ClassicGroup(TimerBook):
     """One group id's state: Kafka's ``ClassicGroup`` plus its offsets and its timers."""
 
     group_id: str
@@ -364,36 +354,3 @@ class ClassicGroup:
             self.subscribed_topics = self.compute_subscribed_topics()
             self.transition_to(GroupState.EMPTY, now_ms)
         self.pending_sync_members.clear()
-
-    # -- timers -------------------------------------------------------------------------------
-
-    def schedule(
-        self, key: str, deadline_ms: int, seq: int, kind: str, payload: Any = None
-    ) -> None:
-        """Arm (or re-arm: the key is replaced) a timer."""
-        self.timers[key] = Timer(deadline_ms, seq, kind, payload)
-        heap = self.timer_heap
-        heapq.heappush(heap, (deadline_ms, seq, key))
-        # Re-arming leaves stale heap entries behind (a heartbeat re-arms on every call); compact
-        # once they outnumber the live timers so memory stays proportional to the group.
-        if len(heap) > 64 and len(heap) > 4 * len(self.timers):
-            self.timer_heap = [(t.deadline_ms, t.seq, k) for k, t in self.timers.items()]
-            heapq.heapify(self.timer_heap)
-
-    def cancel(self, key: str) -> None:
-        self.timers.pop(key, None)
-
-    def next_timer(self) -> tuple[int, int, str] | None:
-        """(deadline, seq, key) of the earliest live timer, dropping stale heap entries."""
-        heap = self.timer_heap
-        timers = self.timers
-        while heap:
-            _deadline, seq, key = heap[0]
-            timer = timers.get(key)
-            if timer is not None and timer.seq == seq:
-                return heap[0]
-            heapq.heappop(heap)
-        return None
-
-    def pop_timer(self, key: str) -> Timer:
-        return self.timers.pop(key)

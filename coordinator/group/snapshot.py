@@ -60,9 +60,9 @@ from coordinator.group.model import (
     Member,
     OffsetAndMetadata,
     ParkedRequest,
-    Timer,
 )
 from coordinator.group.states import GroupState
+from coordinator.group.timers import Timer
 
 __all__ = ["SNAPSHOT_VERSION", "SnapshotError", "decode_group", "encode_group"]
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from coordinator.log.modern_codec import KEY_FIELDS, ConsumerGroupKey, decode_key_fields
 from coordinator.serde import DecodeError, Reader, Writer
 
 __all__ = [
@@ -54,7 +55,7 @@ class GroupMetadataKey:
 
 @dataclass(frozen=True, slots=True)
 class UnknownKey:
-    """A key whose version is not a classic record type (e.g. KIP-848 records); skip it."""
+    """A key of a record type this log does not use (share or streams groups, ...); skip it."""
 
     version: int
 
@@ -109,8 +110,9 @@ def encode_group_metadata_key(group: str) -> bytes:
     return w.getvalue()
 
 
-def decode_key(data: bytes) -> OffsetCommitKey | GroupMetadataKey | UnknownKey:
-    """Decode a record key; versions other than 0, 1 and 2 give :class:`UnknownKey`."""
+def decode_key(data: bytes) -> OffsetCommitKey | GroupMetadataKey | ConsumerGroupKey | UnknownKey:
+    """Decode a record key: the classic types (0, 1, 2), Kafka 4.0's consumer-group types
+    (3 to 8, 16); any other version gives :class:`UnknownKey` (share and streams groups, ...)."""
     r = Reader(data)
     version = r.int16()
     if version in (0, 1):
@@ -120,6 +122,8 @@ def decode_key(data: bytes) -> OffsetCommitKey | GroupMetadataKey | UnknownKey:
         return OffsetCommitKey(group, topic, partition)
     if version == GROUP_METADATA_KEY_VERSION:
         return GroupMetadataKey(r.string())
+    if version in KEY_FIELDS:
+        return decode_key_fields(version, r)
     return UnknownKey(version)
 
 

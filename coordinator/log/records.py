@@ -15,12 +15,12 @@ rest equals what a load of its last record would give.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from coordinator.group.model import ClassicGroup, Member, OffsetAndMetadata
 from coordinator.group.states import GroupState
-from coordinator.log import codec
+from coordinator.log import codec, modern_records
 from coordinator.log.codec import (
     GroupMetadataKey,
     GroupMetadataValue,
@@ -29,9 +29,17 @@ from coordinator.log.codec import (
     OffsetCommitValue,
     UnknownKey,
 )
+from coordinator.log.modern_codec import ConsumerGroupKey
+from coordinator.modern.model import ConsumerGroup
+
+#: What one group id's state is: a classic group or a consumer group.
+Group = ClassicGroup | ConsumerGroup
 
 OFFSET_COMMIT = "offset_commit"
 GROUP_METADATA = "group_metadata"
+
+#: The record types a log holds, classic and consumer groups.
+RECORD_TYPES = frozenset({OFFSET_COMMIT, GROUP_METADATA, *modern_records.TYPE_OF})
 
 #: Every column of a record, in table order (the Spark job's schema follows it).
 RECORD_FIELDS = (
@@ -58,6 +66,8 @@ RECORD_FIELDS = (
 )
 
 _BLANK: dict[str, Any] = dict.fromkeys(RECORD_FIELDS)
+#: A record with every column null: the base of every record built.
+BLANK_RECORD: Mapping[str, Any] = _BLANK
 
 
 # --- building ---------------------------------------------------------------------------------
@@ -197,6 +207,11 @@ def record_from_bytes(key: bytes, value: bytes | None) -> dict[str, Any] | None:
     record.update(key=key, value=value)
     if isinstance(decoded_key, UnknownKey):
         return None
+    if isinstance(decoded_key, ConsumerGroupKey):
+        return modern_records.record(decoded_key, value, 0, _BLANK) | {
+            "key": key,
+            "timestamp_ms": None,
+        }
     if isinstance(decoded_key, OffsetCommitKey):
         record.update(
             record_type=OFFSET_COMMIT,
@@ -218,13 +233,15 @@ def record_from_bytes(key: bytes, value: bytes | None) -> dict[str, Any] | None:
 
 
 def apply_record(
-    group: ClassicGroup | None, record: dict[str, Any], now_ms: int, *, live: bool
-) -> ClassicGroup | None:
+    group: Group | None, record: dict[str, Any], now_ms: int, *, live: bool
+) -> Group | None:
     """Apply one record to the state of its group id; returns that id's new state.
 
     ``live`` says the record was just written by the engine (not read back at a load); see the
     module docstring for the one case where that matters.
     """
+    if modern_records.is_consumer_record(record):
+        return modern_records.apply(group, record)
     tombstone = record["value"] is None
     if record["record_type"] == OFFSET_COMMIT:
         key = (record["topic"], record["partition"])
@@ -244,6 +261,9 @@ def apply_record(
         )
         return group
 
+    if isinstance(group, ConsumerGroup):
+        # A classic record for a consumer group's id (Kafka writes none): the group stays.
+        return group
     if tombstone:
         if group is None or not group.offsets:
             return None
@@ -291,10 +311,12 @@ def group_from_record(record: dict[str, Any], now_ms: int) -> ClassicGroup:
     return group
 
 
-def durable_view(group: ClassicGroup | None) -> tuple[Any, ...] | None:
+def durable_view(group: Group | None) -> tuple[Any, ...] | None:
     """What a group at rest must agree on with a load of its last record (used by tests)."""
     if group is None:
         return None
+    if isinstance(group, ConsumerGroup):
+        return modern_durable_view(group)
     return (
         group.state.value,
         group.generation_id,
@@ -320,9 +342,24 @@ def durable_view(group: ClassicGroup | None) -> tuple[Any, ...] | None:
     )
 
 
+def modern_durable_view(group: ConsumerGroup) -> tuple[Any, ...]:
+    """Everything a consumer group's records carry: all of it must survive a load."""
+    return (
+        "consumer",
+        group.group_epoch,
+        group.assignment_epoch,
+        tuple(sorted(group.members.items())),
+        tuple(sorted(group.static_members.items())),
+        tuple(sorted(group.subscription_metadata.items())),
+        tuple(sorted((m, tuple(sorted(a.items()))) for m, a in group.target_assignment.items())),
+        tuple(sorted(group.resolved_regexes.items())),
+        tuple(sorted(group.offsets.items())),
+    )
+
+
 def replay(
-    records: Iterable[dict[str, Any]], now_ms: int, groups: dict[str, ClassicGroup] | None = None
-) -> dict[str, ClassicGroup]:
+    records: Iterable[dict[str, Any]], now_ms: int, groups: dict[str, Group] | None = None
+) -> dict[str, Group]:
     """Load: apply records in log order into ``groups`` (Kafka's load of an offsets partition)."""
     groups = {} if groups is None else groups
     for record in records:

@@ -41,10 +41,10 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from coordinator.engine import GroupCoordinator
-from coordinator.group.model import ClassicGroup
 from coordinator.group.states import GroupState
-from coordinator.log.records import OFFSET_COMMIT
+from coordinator.log.records import OFFSET_COMMIT, Group
 from coordinator.metrics.server import never_raises
+from coordinator.modern.model import ConsumerGroup
 
 STATES = tuple(state.value for state in GroupState)
 STABLE = GroupState.STABLE.value
@@ -68,10 +68,13 @@ class GroupView:
     state_timestamp_ms: int | None = None
 
     @classmethod
-    def of(cls, group_id: str, group: ClassicGroup | None) -> GroupView:
-        """The view of an engine group (None: the group is gone)."""
+    def of(cls, group_id: str, group: Group | None) -> GroupView:
+        """The view of an engine group (None: the group is gone); a consumer group's generation
+        is its group epoch."""
         if group is None:
             return cls(group_id, DEAD)
+        if isinstance(group, ConsumerGroup):
+            return cls(group_id, group.state.value, group.group_epoch, len(group.offsets), None)
         return cls(
             group_id,
             group.state.value,

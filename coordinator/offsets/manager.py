@@ -17,6 +17,9 @@ from coordinator.group.membership import reschedule_heartbeat, validate_member
 from coordinator.group.model import ClassicGroup, OffsetAndMetadata
 from coordinator.group.states import GroupState
 from coordinator.log import records as log
+from coordinator.log.records import Group
+from coordinator.modern.apis import group_tombstones
+from coordinator.modern.model import ConsumerGroup
 from coordinator.requests import Request, partition_results
 
 EMPTY = GroupState.EMPTY
@@ -62,7 +65,9 @@ def offset_commit(ctx: GroupContext, request: Request) -> None:
         return
     group = ctx.group
     assert group is not None
-    if group.state is GroupState.STABLE or group.state is GroupState.PREPARING_REBALANCE:
+    if isinstance(group, ClassicGroup) and (
+        group.state is GroupState.STABLE or group.state is GroupState.PREPARING_REBALANCE
+    ):
         # A commit keeps a classic member's session alive.
         reschedule_heartbeat(ctx, group.members[body["member_id"]])
 
@@ -119,6 +124,8 @@ def validate_offset_commit(ctx: GroupContext, request: Request) -> Error:
             ctx.create_group()
             return Error.NONE
         return Error.GROUP_ID_NOT_FOUND if request.api_version >= 9 else Error.ILLEGAL_GENERATION
+    if isinstance(group, ConsumerGroup):
+        return validate_consumer_group_commit(group, request)
     if group.state is DEAD:
         return Error.COORDINATOR_NOT_AVAILABLE
     if generation < 0 and group.state is EMPTY:
@@ -134,6 +141,46 @@ def validate_offset_commit(ctx: GroupContext, request: Request) -> Error:
     if group.state is GroupState.COMPLETING_REBALANCE:
         return Error.REBALANCE_IN_PROGRESS
     return Error.NONE
+
+
+def validate_consumer_group_commit(group: ConsumerGroup, request: Request) -> Error:
+    """Kafka 4.0's ``ConsumerGroup.validateOffsetCommit``: ``generation_id`` is the member
+    epoch; -1 from an admin or a standalone consumer commits only to a group with no member."""
+    body = request.body
+    epoch: int = body["generation_id"]
+    if epoch < 0 and not group.members:
+        return Error.NONE
+    member = group.members.get(body["member_id"])
+    if member is None:
+        return Error.UNKNOWN_MEMBER_ID
+    if request.api_version < 9:
+        # "OffsetCommit version 9 or above must be used by members using the modern group
+        # protocol"
+        return Error.UNSUPPORTED_VERSION
+    if epoch != member.member_epoch:
+        return Error.STALE_MEMBER_EPOCH
+    return Error.NONE
+
+
+def validate_consumer_group_fetch(group: ConsumerGroup, request: Request) -> tuple[Error, str]:
+    """Kafka 4.0's ``ConsumerGroup.validateOffsetFetch`` (OffsetFetch v9+)."""
+    member_id: str | None = request.body["member_id"]
+    epoch: int = request.body["member_epoch"]
+    if member_id is None and epoch < 0:
+        return Error.NONE, ""  # the admin client, or a client that does not say
+    member = group.members.get(member_id or "")
+    if member is None:
+        return (
+            Error.UNKNOWN_MEMBER_ID,
+            f"Member {member_id} is not a member of group {group.group_id}.",
+        )
+    if epoch != member.member_epoch:
+        return (
+            Error.STALE_MEMBER_EPOCH,
+            f"The received member epoch {epoch} does not match the expected member epoch "
+            f"{member.member_epoch}.",
+        )
+    return Error.NONE, ""
 
 
 # --- OffsetFetch (6.8) ------------------------------------------------------------------------
@@ -161,6 +208,11 @@ def offset_fetch(ctx: GroupContext, request: Request) -> None:
         )
         return
     group = ctx.group
+    if isinstance(group, ConsumerGroup):
+        error, message = validate_consumer_group_fetch(group, request)
+        if error is not Error.NONE:
+            ctx.respond("offset_fetch", request.request_id, error, message, partitions=[])
+            return
     offsets = {} if group is None or group.state is DEAD else group.offsets
     keys = sorted(offsets) if wanted is None else [(p["topic"], p["partition"]) for p in wanted]
     results = []
@@ -191,7 +243,11 @@ def offset_delete(ctx: GroupContext, request: Request) -> None:
     if group is None or group.state is DEAD:
         ctx.respond("offset_delete", request.request_id, Error.GROUP_ID_NOT_FOUND, partitions=[])
         return
-    if group.state is not EMPTY and not group.uses_consumer_protocol():
+    if (
+        isinstance(group, ClassicGroup)
+        and group.state is not EMPTY
+        and not group.uses_consumer_protocol()
+    ):
         ctx.respond("offset_delete", request.request_id, Error.NON_EMPTY_GROUP, partitions=[])
         return
     results = []
@@ -222,17 +278,24 @@ def _java_long(value: int) -> int:
 # --- retention (12.4) -------------------------------------------------------------------------
 
 
-def expire_offsets(ctx: GroupContext, group: ClassicGroup) -> None:
+def expire_offsets(ctx: GroupContext, group: Group) -> None:
     """The periodic sweep: tombstone expired offsets; delete an Empty group left with none.
 
     Kafka 4.x ``cleanupExpiredOffsets`` then ``maybeDeleteGroup``.
     """
     deletable = _expire_group_offsets(ctx, group)
-    if deletable and ctx.group is not None and ctx.group.state is EMPTY:
+    after = ctx.group
+    if not deletable or after is None:
+        return
+    if isinstance(after, ConsumerGroup):
+        if after.is_empty():
+            for record in group_tombstones(ctx, after):
+                ctx.append(record)
+    elif after.state is EMPTY:
         ctx.append(log.group_tombstone(ctx.group_id, ctx.now_ms))
 
 
-def _expire_group_offsets(ctx: GroupContext, group: ClassicGroup) -> bool:
+def _expire_group_offsets(ctx: GroupContext, group: Group) -> bool:
     """Returns whether every offset of the group is gone (so an Empty group may be deleted)."""
     if not group.offsets:
         return True
@@ -257,9 +320,11 @@ def _expire_group_offsets(ctx: GroupContext, group: ClassicGroup) -> bool:
     return all_expired
 
 
-def _expiration_base(group: ClassicGroup) -> Any:
+def _expiration_base(group: Group) -> Any:
     """Kafka's ``offsetExpirationCondition``: from when an offset's retention is counted, or None
     while the group's offsets must not expire at all."""
+    if isinstance(group, ConsumerGroup):
+        return lambda offset: offset.commit_timestamp_ms
     if group.protocol_type is not None:
         if group.state is EMPTY:
             since_empty = group.current_state_timestamp_ms

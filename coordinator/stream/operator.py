@@ -61,10 +61,14 @@ from coordinator.group.model import ClassicGroup
 from coordinator.group.snapshot import decode_group, encode_group
 from coordinator.ids import KeyedIds
 from coordinator.log.partitioning import partition_for
-from coordinator.log.records import record_from_bytes, replay
+from coordinator.log.records import Group, record_from_bytes, replay
+from coordinator.modern.model import ConsumerGroup
 from coordinator.requests import BadRequest, bad_request_response, parse
 from coordinator.step import step
 from coordinator.stream.source import arrival_of, batch_horizon
+
+#: The APIs of consumer groups (KIP-848), which this job does not serve yet.
+CONSUMER_GROUP_APIS = frozenset({"consumer_group_heartbeat", "consumer_group_describe"})
 
 # --- output rows ------------------------------------------------------------------------------
 
@@ -177,11 +181,38 @@ class GroupOutcome:
 # --- one group --------------------------------------------------------------------------------
 
 
-def group_summary(group_id: str, group: ClassicGroup | None, partition: int) -> dict[str, Any]:
+def group_summary(group_id: str, group: Group | None, partition: int) -> dict[str, Any]:
     """The group's row in ``group_state`` and ``group_history`` (without the batch columns);
-    Dead (with only the group id and its partition) when it is gone."""
+    Dead (with only the group id and its partition) when it is gone. A consumer group's row
+    says ``consumer`` as its protocol type, its group epoch as its generation and its
+    assignor as its protocol name; its members have no session timeout of their own."""
     if group is None:
         return {"group_id": group_id, "offsets_partition": partition, "state": "Dead"}
+    if isinstance(group, ConsumerGroup):
+        return {
+            "group_id": group_id,
+            "offsets_partition": partition,
+            "state": group.state.value,
+            "protocol_type": group.protocol_type,
+            "protocol_name": None,
+            "generation_id": group.group_epoch,
+            "leader": None,
+            "num_members": len(group.members),
+            "members": [
+                {
+                    "member_id": m.member_id,
+                    "group_instance_id": m.instance_id,
+                    "client_id": m.client_id,
+                    "client_host": m.client_host,
+                    "session_timeout_ms": None,
+                    "rebalance_timeout_ms": m.rebalance_timeout_ms,
+                }
+                for m in group.members.values()
+            ],
+            "num_committed_offsets": len(group.offsets),
+            "state_timestamp_ms": None,
+            "rebalance_reason": None,
+        }
     return {
         "group_id": group_id,
         "offsets_partition": partition,
@@ -264,6 +295,14 @@ def run_group(
         if raw is None:
             continue
         api = raw.get("api")
+        if isinstance(api, str) and api in CONSUMER_GROUP_APIS:
+            problem = BadRequest(
+                Error.INVALID_REQUEST,
+                f"{api}: consumer groups are served by the engine and the gateway's embedded "
+                "back end, not by the Spark job yet",
+            )
+            emit(RESPONSE, jsonio.dumps(bad_request_response(raw, problem)))
+            continue
         if api == "list_groups" or api == "find_coordinator":
             try:
                 request = parse(raw)
@@ -290,6 +329,8 @@ def run_group(
     # saw, or (Dead) a group the log no longer has.
     if loaded or (after != before and not (before is None and result.group is None)):
         emit(GROUP, jsonio.dumps(after))
+    # Only classic groups reach here (consumer-group requests and logs are refused above).
+    assert not isinstance(result.group, ConsumerGroup)
     new_blob = None if result.group is None else encode_group(result.group)
     errors.extend(result.internal_errors)
     return GroupOutcome(new_blob, result.next_deadline_ms, rows, errors, warnings)
@@ -342,6 +383,12 @@ def load_group(
         except Exception as exc:  # a damaged bootstrap must not stop the stream
             errors.append(f"load of {group_id!r} from {line.source_file}:{line.position}: {exc!r}")
     group = replay(records, now_ms).get(group_id)
+    if isinstance(group, ConsumerGroup):
+        errors.append(
+            f"load of {group_id!r}: a consumer group's records; the Spark job serves classic "
+            "groups only, so the group is left out"
+        )
+        return None, []
     if group is None:
         return None, []
     counter = [group.timer_seq]
@@ -356,10 +403,11 @@ def load_group(
         settings.config, now_ms, settings.ids(), next_seq, group_id, group, partition, [], written
     )
     on_loaded(ctx, group)
-    if ctx.group is not None:
-        ctx.group.timer_seq = counter[0]
-        ctx.group.clock_ms = now_ms  # loaded now: no request is served before the load
-    return ctx.group, written
+    loaded = ctx.classic
+    if loaded is not None:
+        loaded.timer_seq = counter[0]
+        loaded.clock_ms = now_ms  # loaded now: no request is served before the load
+    return loaded, written
 
 
 def _under(source_file: str, directory: str) -> bool:
