@@ -97,13 +97,13 @@ def validate_heartbeat(request: Request, assignors: tuple[str, ...]) -> None:
     def invalid(message: str) -> ConsumerGroupError:
         return ConsumerGroupError(Error.INVALID_REQUEST, message)
 
+    if _blank(request.group_id) or request.group_id == "":
+        raise invalid("GroupId can't be empty.")
     # v1 (KIP-1082): the client makes its member id, so it is never empty.
     if (request.api_version >= 1 or epoch > 0 or epoch == LEAVE_GROUP_MEMBER_EPOCH) and (
         body["member_id"] == "" or _blank(body["member_id"])
     ):
         raise invalid("MemberId can't be empty.")
-    if _blank(request.group_id) or request.group_id == "":
-        raise invalid("GroupId can't be empty.")
     if _blank(body["instance_id"]):
         raise invalid("InstanceId can't be empty.")
     if _blank(body["rack_id"]):
