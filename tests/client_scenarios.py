@@ -426,10 +426,49 @@ class AiokafkaMember(Member):
         return dict(self.call(read))
 
 
+class ConfluentConsumerProtocolMember(ConfluentMember):
+    """confluent-kafka with ``group.protocol=consumer`` (KIP-848): the coordinator assigns, and
+    the listener is told what is added and what is revoked (incremental), never the whole set.
+    Session and heartbeat timing are the coordinator's (the client may not set them)."""
+
+    client = "confluent-kafka-consumer"
+
+    def _open(self) -> None:
+        from confluent_kafka import Consumer
+
+        conf: dict[str, Any] = {
+            "bootstrap.servers": self.bootstrap,
+            "group.id": self.group,
+            "group.protocol": "consumer",
+            "client.id": self.name,
+            "enable.auto.commit": False,
+            "fetch.wait.max.ms": 100,
+            "log_level": 0,
+        }
+        if self.instance_id is not None:
+            conf["group.instance.id"] = self.instance_id
+        self.consumer = Consumer(conf)
+
+        def on_assign(consumer: Any, partitions: Any) -> None:
+            added = {(tp.topic, tp.partition) for tp in partitions}
+            with self._lock:
+                self._assigned = self._assigned | added
+                self.assigned_calls += 1
+                self.events.append(("assigned", frozenset(added)))
+            if self._on_assigned_hook is not None:
+                self._on_assigned_hook(self)
+
+        def on_revoke(consumer: Any, partitions: Any) -> None:
+            self._listener_revoked((tp.topic, tp.partition) for tp in partitions)
+
+        self.consumer.subscribe(list(self.topics), on_assign=on_assign, on_revoke=on_revoke)
+
+
 CLIENTS: dict[str, type[Member]] = {
     "kafka-python": KafkaPythonMember,
     "aiokafka": AiokafkaMember,
     "confluent-kafka": ConfluentMember,
+    "confluent-kafka-consumer": ConfluentConsumerProtocolMember,
 }
 
 

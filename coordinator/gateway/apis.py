@@ -26,6 +26,7 @@ from coordinator.gateway.log_topic import (
 )
 from coordinator.gateway.record_batch import fetch_magic
 from coordinator.gateway.upstream import TRANSACTIONAL_ID_AUTHORIZATION_FAILED, TRANSACTIONS_REFUSED
+from coordinator.topics import uuid_from_bytes, uuid_to_bytes
 
 INT32_MIN = -(2**31)
 UNKNOWN_SERVER_ERROR = -1
@@ -68,6 +69,13 @@ class GatewayContext:
 
     def topic_id(self, name: str) -> uuid.UUID:
         return uuid.uuid5(uuid.NAMESPACE_URL, f"coordinator-gateway/{name}")
+
+    def topic_list(self) -> list[dict[str, Any]]:
+        """The topics as the engine learns them (contract, section 6): the ids Metadata gives."""
+        return [
+            {"name": name, "topic_id": uuid_from_bytes(self.topic_id(name).bytes), "partitions": n}
+            for name, n in sorted(self.topics.items())
+        ]
 
 
 async def dispatch(
@@ -124,10 +132,16 @@ async def metadata(ctx: GatewayContext, v: int, body: dict[str, Any], *_: str) -
         if ctx.log_topic is not None and LOG_TOPIC not in ctx.topics:
             names.append(LOG_TOPIC)
     else:
-        names = [t["name"] for t in wanted]
+        # Metadata v10+ may name a topic by its id alone (librdkafka does, for the topic ids a
+        # consumer group assignment carries): an id the gateway does not know stays unknown.
+        by_id = {ctx.topic_id(n): n for n in ctx.topics}
+        names = [
+            t["name"] if t.get("name") is not None else by_id.get(_as_uuid(t.get("topic_id")), "")
+            for t in wanted
+        ]
     topics = []
     for name in names:
-        count = _partition_count(ctx, name)
+        count = _partition_count(ctx, name) if name else None
         topics.append(
             {
                 "error_code": 0 if count is not None else UNKNOWN_TOPIC_OR_PARTITION,
@@ -313,6 +327,12 @@ async def produce(
             for t in body["topic_data"]
         ],
     }
+
+
+def _as_uuid(value: Any) -> uuid.UUID | None:
+    if value is None or isinstance(value, uuid.UUID):
+        return value
+    return uuid.UUID(str(value))
 
 
 def _partition_count(ctx: GatewayContext, topic: str) -> int | None:
@@ -535,7 +555,12 @@ def _fetched(p: dict[str, Any]) -> dict[str, Any]:
 
 
 async def _offset_fetch_one(
-    ctx: GatewayContext, v: int, group_id: str, topics: list[dict[str, Any]] | None, stable: bool
+    ctx: GatewayContext,
+    v: int,
+    group_id: str,
+    topics: list[dict[str, Any]] | None,
+    stable: bool,
+    member: tuple[str | None, int] = (None, -1),
 ) -> dict[str, Any]:
     request = _base(ctx, "offset_fetch", group_id, v)
     request["partitions"] = (
@@ -544,6 +569,7 @@ async def _offset_fetch_one(
         else [{"topic": t["name"], "partition": i} for t in topics for i in t["partition_indexes"]]
     )
     request["require_stable"] = stable
+    request["member_id"], request["member_epoch"] = member  # v9: a consumer group's member
     a = await ctx.submit(request)
     return {
         "group_id": group_id,
@@ -558,7 +584,14 @@ async def offset_fetch(
     stable = bool(body.get("require_stable", False))
     if v >= 8:
         groups = [
-            await _offset_fetch_one(ctx, v, g["group_id"], g.get("topics"), stable)
+            await _offset_fetch_one(
+                ctx,
+                v,
+                g["group_id"],
+                g.get("topics"),
+                stable,
+                (g.get("member_id"), g.get("member_epoch", -1)),
+            )
             for g in body["groups"]
         ]
         return {"throttle_time": 0, "groups": groups}
@@ -635,6 +668,111 @@ async def delete_groups(
     return {"throttle_time": 0, "results": results}
 
 
+# --- consumer groups (KIP-848) -----------------------------------------------------------------
+
+
+def _topic_partitions(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The engine's ``[{topic_id (Kafka's string), partitions}]`` as kio's (uuid)."""
+    return [
+        {"topic_id": uuid.UUID(bytes=uuid_to_bytes(e["topic_id"])), "partitions": e["partitions"]}
+        for e in entries
+    ]
+
+
+async def consumer_group_heartbeat(
+    ctx: GatewayContext, v: int, body: dict[str, Any], client_id: str, client_host: str
+) -> dict[str, Any]:
+    request = _base(ctx, "consumer_group_heartbeat", body["group_id"], v)
+    owned = body.get("topic_partitions")
+    request.update(
+        member_id=body["member_id"],
+        member_epoch=body["member_epoch"],
+        instance_id=body.get("instance_id"),
+        rack_id=body.get("rack_id"),
+        rebalance_timeout_ms=body.get("rebalance_timeout", -1),
+        subscribed_topic_names=body.get("subscribed_topic_names"),
+        subscribed_topic_regex=body.get("subscribed_topic_regex"),
+        server_assignor=body.get("server_assignor"),
+        topic_partitions=None
+        if owned is None
+        else [
+            {
+                "topic_id": uuid_from_bytes(uuid.UUID(str(t["topic_id"])).bytes),
+                "partitions": t["partitions"],
+            }
+            for t in owned
+        ],
+        client_id=client_id,
+        client_host=client_host,
+    )
+    a = await ctx.submit(request)
+    assignment = a.get("assignment")
+    return {
+        "throttle_time": 0,
+        "error_code": a["error_code"],
+        "error_message": a.get("error_message"),
+        "member_id": a.get("member_id"),
+        "member_epoch": a.get("member_epoch", 0),
+        "heartbeat_interval": a.get("heartbeat_interval_ms", 0),
+        "assignment": None
+        if assignment is None
+        else {"topic_partitions": _topic_partitions(assignment["topic_partitions"])},
+    }
+
+
+def _described_assignment(assignment: dict[str, Any] | None) -> dict[str, Any]:
+    entries = (assignment or {}).get("topic_partitions") or []
+    return {
+        "topic_partitions": [
+            {
+                "topic_id": uuid.UUID(bytes=uuid_to_bytes(e["topic_id"])),
+                "topic_name": e.get("topic_name", ""),
+                "partitions": e["partitions"],
+            }
+            for e in entries
+        ]
+    }
+
+
+async def consumer_group_describe(
+    ctx: GatewayContext, v: int, body: dict[str, Any], *_: str
+) -> dict[str, Any]:
+    operations = GROUP_OPERATIONS if body.get("include_authorized_operations") else INT32_MIN
+    groups = []
+    for group_id in body["group_ids"]:
+        request = _base(ctx, "consumer_group_describe", group_id, v)
+        a = await ctx.submit(request)
+        groups.append(
+            {
+                "error_code": a["error_code"],
+                "error_message": a.get("error_message"),
+                "group_id": group_id,
+                "group_state": a.get("group_state") or "",
+                "group_epoch": a.get("group_epoch", 0),
+                "assignment_epoch": a.get("assignment_epoch", 0),
+                "assignor_name": a.get("assignor_name") or "",
+                "members": [
+                    {
+                        "member_id": m["member_id"],
+                        "instance_id": m.get("instance_id"),
+                        "rack_id": m.get("rack_id"),
+                        "member_epoch": m["member_epoch"],
+                        "client_id": m["client_id"],
+                        "client_host": m["client_host"],
+                        "subscribed_topic_names": m.get("subscribed_topic_names") or [],
+                        "subscribed_topic_regex": m.get("subscribed_topic_regex"),
+                        "assignment": _described_assignment(m.get("assignment")),
+                        "target_assignment": _described_assignment(m.get("target_assignment")),
+                        "member_type": m.get("member_type", 1),
+                    }
+                    for m in a.get("members") or []
+                ],
+                "authorized_operations": operations,
+            }
+        )
+    return {"throttle_time": 0, "groups": groups}
+
+
 Handler = Callable[..., Awaitable[dict[str, Any] | None]]
 
 HANDLERS: dict[int, Handler] = {
@@ -654,4 +792,6 @@ HANDLERS: dict[int, Handler] = {
     codec.API_VERSIONS: api_versions,
     codec.DELETE_GROUPS: delete_groups,
     codec.OFFSET_DELETE: offset_delete,
+    codec.CONSUMER_GROUP_HEARTBEAT: consumer_group_heartbeat,
+    codec.CONSUMER_GROUP_DESCRIBE: consumer_group_describe,
 }

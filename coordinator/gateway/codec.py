@@ -44,6 +44,7 @@ API_VERSIONS, DELETE_GROUPS, OFFSET_DELETE = 18, 42, 47
 SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
 DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS = 29, 30, 31
 DESCRIBE_USER_SCRAM_CREDENTIALS, ALTER_USER_SCRAM_CREDENTIALS = 50, 51
+CONSUMER_GROUP_HEARTBEAT, CONSUMER_GROUP_DESCRIBE = 68, 69
 
 #: What the gateway advertises: (min, max) per API key. Every version Kafka 3.9 serves, from its
 #: floor (older clients still send the versions Kafka 4 removed, KIP-896); the group APIs up to
@@ -75,6 +76,9 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     DELETE_ACLS: (1, 3),
     DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),
     ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
+    # Kafka 4.0's consumer groups (KIP-848); librdkafka's group.protocol=consumer needs 68.
+    CONSUMER_GROUP_HEARTBEAT: (0, 1),
+    CONSUMER_GROUP_DESCRIBE: (0, 1),
 }
 
 

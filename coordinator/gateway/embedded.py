@@ -107,6 +107,9 @@ class EmbeddedBackend:
         self.on_lost: Callable[[OwnershipLost], None] | None = None
         #: Kafka's group-coordinator metrics, fed after every engine call (None: not kept).
         self.metrics: GroupMetrics | None = None
+        #: The topics consumer groups are assigned from (contract, section 6), given again to
+        #: every engine this back end builds (at start and after a reload).
+        self.topics: list[dict[str, Any]] = []
 
     @property
     def loading(self) -> bool:
@@ -126,6 +129,7 @@ class EmbeddedBackend:
             await self._load(await asyncio.to_thread(self._open_log))
         else:
             self.engine = GroupCoordinator(self.config, node=node)
+            self.engine.update_topics(self.topics, wall_clock_ms())
         self._tasks = [
             asyncio.create_task(self._scheduler(), name="gateway-scheduler"),
             asyncio.create_task(self._writer(), name="gateway-log-writer"),
@@ -136,9 +140,12 @@ class EmbeddedBackend:
         every group_state row of an earlier run, gets its summary compared again. The replay
         runs on a worker thread (seconds for a big log), so that the gateway keeps answering
         meanwhile (LOAD_IN_PROGRESS); nothing else touches the new engine until it is set."""
-        self.engine = await asyncio.to_thread(
+        engine = await asyncio.to_thread(
             GroupCoordinator.from_records, records, self.config, wall_clock_ms(), node=self._node
         )
+        engine.update_topics(self.topics, wall_clock_ms())  # before anything else (contract)
+        engine.drain_records()  # a load writes nothing: topics gone before it are gone from it
+        self.engine = engine
         self._dirty = set(self._summaries) | set(self.engine.group_ids())
         if self.metrics is not None:
             self.metrics.reset_from_engine(self.engine)
@@ -214,6 +221,15 @@ class EmbeddedBackend:
             return await future
         finally:
             self._waiting.pop(str(request["request_id"]), None)
+
+    def update_topics(self, topics: list[dict[str, Any]]) -> None:
+        """The whole current topic list (``[{name, topic_id, partitions}]``); what the change
+        causes (offsets of deleted topics tombstoned) is written like any engine call's."""
+        self.topics = list(topics)
+        if self._node is None or self._loading or self.lost is not None:
+            return  # the engine to come is given them when it is built
+        self._emit(self.engine.update_topics(self.topics, wall_clock_ms()))
+        self._wake.set()
 
     def _emit(self, answers: list[dict[str, Any]]) -> None:
         records = self.engine.drain_records()

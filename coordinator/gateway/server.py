@@ -143,6 +143,9 @@ class Gateway:
             self._ctx.coordinator = self.upstream.coordinator
             await self.upstream.start()
         self._finder = GroupCoordinator(node=node)
+        feed_topics = getattr(self.backend, "update_topics", None)
+        if feed_topics is not None:  # consumer groups assign from them (embedded back end)
+            feed_topics(self._ctx.topic_list())
         await self.backend.start(node)
         await self.log_topic.refresh(force=True)
         self._ctx.submit = self.backend.submit

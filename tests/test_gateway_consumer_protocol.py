@@ -1,0 +1,147 @@
+"""confluent-kafka 2.16 (librdkafka 2.16) consumers with ``group.protocol=consumer`` (KIP-848)
+through the gateway's embedded back end: the coordinator assigns, members join and leave
+without stopping the others, a killed member is expired, a static member restarts, commits read
+back, and the admin client describes the group as a consumer group.
+
+The gateway's engine runs with a 6 s consumer session and a 1 s heartbeat interval (Kafka's
+settings, lowered with their bounds) so that expiry is quick."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from coordinator import CoordinatorConfig
+from tests import client_scenarios as sc
+from tests.gateway_support import Running
+
+CLIENT = "confluent-kafka-consumer"
+SESSION_MS = 6_000
+CONFIG = CoordinatorConfig(
+    group_initial_rebalance_delay_ms=0,
+    group_consumer_session_timeout_ms=SESSION_MS,
+    group_consumer_min_session_timeout_ms=SESSION_MS,
+    group_consumer_heartbeat_interval_ms=1_000,
+    group_consumer_min_heartbeat_interval_ms=1_000,
+)
+SETTLE_S = 60
+
+
+@pytest.fixture
+def running() -> Iterator[Running]:
+    gateway = Running(config=CONFIG)
+    try:
+        yield gateway
+    finally:
+        gateway.stop()
+
+
+def member(running: Running, group: str, name: str, **kwargs: Any) -> sc.Member:
+    return sc.CLIENTS[CLIENT](running.port, group, name, **kwargs)
+
+
+def revoked_since(m: sc.Member, mark: int) -> set[tuple[str, int]]:
+    return {tp for kind, tps in m.events[mark:] if kind == "revoked" for tp in tps}
+
+
+@pytest.mark.slow
+def test_a_group_forms_and_members_come_and_go_without_stopping_the_others(
+    running: Running,
+) -> None:
+    group = "kip848-membership"
+    members = [member(running, group, f"m{i}") for i in range(2)]
+    try:
+        sc.wait_for(lambda: sc.disjoint_cover(members), SETTLE_S, lambda: sc.shares(members))
+        # A third joins: the others give up only what moves to it, and keep the rest throughout.
+        before = {m.name: m.partitions() for m in members}
+        marks = {m.name: len(m.events) for m in members}
+        members.append(member(running, group, "m2"))
+        sc.wait_for(lambda: sc.disjoint_cover(members), SETTLE_S, lambda: sc.shares(members))
+        third = members[2].partitions()
+        for m in members[:2]:
+            lost = {p for t, p in revoked_since(m, marks[m.name])}
+            assert lost <= before[m.name] & third, (m.name, lost, third)
+            assert before[m.name] - lost <= m.partitions()  # kept what did not move
+        # One leaves: the others only gain.
+        leaving = members.pop(0)
+        marks = {m.name: len(m.events) for m in members}
+        leaving.close()
+        sc.wait_for(lambda: sc.disjoint_cover(members), SETTLE_S, lambda: sc.shares(members))
+        for m in members:
+            assert revoked_since(m, marks[m.name]) == set(), m.events
+        described = running.gateway.backend.engine.group(group)
+        assert described is not None and len(described.members) == 2
+    finally:
+        for m in members:
+            m.close()
+
+
+@pytest.mark.slow
+def test_a_killed_member_is_expired_after_its_session(running: Running) -> None:
+    group = "kip848-kill"
+    alive = member(running, group, "alive")
+    killed = sc.ProcessMember(CLIENT, running.port, group, "killed", SESSION_MS)
+    both: list[sc.AnyMember] = [alive, killed]
+    try:
+        sc.wait_for(lambda: sc.disjoint_cover(both), SETTLE_S, lambda: sc.shares(both))
+        killed.kill()
+        killed_at = time.monotonic()
+        sc.wait_for(lambda: sc.disjoint_cover([alive]), SETTLE_S, lambda: sc.shares([alive]))
+        elapsed = time.monotonic() - killed_at
+        assert elapsed >= SESSION_MS / 1000 - 1.5, elapsed  # not before its session ran out
+    finally:
+        killed.cleanup()
+        alive.close()
+
+
+@pytest.mark.slow
+def test_a_static_member_restarts_and_gets_its_partitions_back(running: Running) -> None:
+    group = "kip848-static"
+    stays = member(running, group, "stays", instance_id="stays")
+    restarts = member(running, group, "restarts", instance_id="restarts")
+    try:
+        pair: list[sc.AnyMember] = [stays, restarts]
+        sc.wait_for(lambda: sc.disjoint_cover(pair), SETTLE_S, lambda: sc.shares(pair))
+        kept, theirs = stays.partitions(), restarts.partitions()
+        mark = len(stays.events)
+        restarts.close()  # a static member leaves with epoch -2: its partitions wait for it
+        again = member(running, group, "restarts", instance_id="restarts")
+        pair = [stays, again]
+        sc.wait_for(lambda: again.partitions() == theirs, SETTLE_S, lambda: sc.shares(pair))
+        assert stays.partitions() == kept and stays.events[mark:] == []  # never disturbed
+        again.close()
+    finally:
+        stays.close()
+
+
+@pytest.mark.slow
+def test_commits_are_read_back_and_the_admin_client_sees_a_consumer_group(
+    running: Running,
+) -> None:
+    from confluent_kafka import ConsumerGroupState, ConsumerGroupType
+    from confluent_kafka.admin import AdminClient
+
+    group = "kip848-admin"
+    one = member(running, group, "admin-m0")
+    try:
+        sc.wait_for(lambda: sc.disjoint_cover([one]), SETTLE_S, lambda: sc.shares([one]))
+        one.commit({("t", p): 100 + p for p in range(6)})  # OffsetCommit v9, with its epoch
+        assert one.committed([("t", p) for p in range(6)]) == {("t", p): 100 + p for p in range(6)}
+        admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{running.port}", "log_level": 0})
+        [future] = admin.describe_consumer_groups([group]).values()
+        described = future.result(timeout=30)
+        assert described.group_id == group
+        assert described.state == ConsumerGroupState.STABLE
+        assert described.type == ConsumerGroupType.CONSUMER
+        assert described.partition_assignor == "uniform"
+        [entry] = described.members
+        assert entry.client_id == "admin-m0" and entry.member_id == one.member_id()
+        assert sorted(tp.partition for tp in entry.assignment.topic_partitions) == list(range(6))
+        listed = admin.list_consumer_groups(types={ConsumerGroupType.CONSUMER}).result(timeout=30)
+        assert [g.group_id for g in listed.valid] == [group]
+        assert listed.valid[0].type == ConsumerGroupType.CONSUMER
+    finally:
+        one.close()
