@@ -134,7 +134,7 @@ async def metadata(ctx: GatewayContext, v: int, body: dict[str, Any], *_: str) -
     else:
         # Metadata v10+ may name a topic by its id alone (librdkafka does, for the topic ids a
         # consumer group assignment carries): an id the gateway does not know stays unknown.
-        by_id = {ctx.topic_id(n): n for n in ctx.topics}
+        by_id: dict[uuid.UUID | None, str] = {ctx.topic_id(n): n for n in ctx.topics}
         names = [
             t["name"] if t.get("name") is not None else by_id.get(_as_uuid(t.get("topic_id")), "")
             for t in wanted
