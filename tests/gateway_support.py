@@ -69,6 +69,15 @@ REQUESTS: dict[int, dict[str, Any]] = {
         "group_id": "g",
         "topics": [{"name": "t", "partitions": [{"partition_index": 0}]}],
     },
+    codec.CONSUMER_GROUP_HEARTBEAT: {
+        "group_id": "g848",
+        "member_id": "AAAAAAAAAAAAAAAAAAAAAQ",
+        "member_epoch": 0,
+        "rebalance_timeout": 30_000,
+        "subscribed_topic_names": ["t"],
+        "topic_partitions": [],
+    },
+    codec.CONSUMER_GROUP_DESCRIBE: {"group_ids": ["g848"], "include_authorized_operations": True},
     codec.LIST_OFFSETS: {
         "replica_id": -1,
         "isolation_level": 0,

@@ -37,6 +37,13 @@ def test_codec_round_trip_each_api_lowest_and_highest(gateway: Running, api_key:
         assert response["responses"][0]["partitions"][0]["high_watermark"] == 3
     if api_key == codec.PRODUCE:
         assert response["responses"][0]["partition_responses"][0]["error_code"] == 44
+    if api_key == codec.CONSUMER_GROUP_HEARTBEAT:
+        assert response["error_code"] == 0 and response["member_epoch"] >= 1, response
+        [assigned] = response["assignment"]["topic_partitions"]
+        assert assigned["partitions"] == [0, 1, 2, 3, 4, 5] or response["member_epoch"] > 1
+    if api_key == codec.CONSUMER_GROUP_DESCRIBE:
+        [described] = response["groups"]
+        assert described["error_code"] in (0, 69), described
     if api_key == codec.FIND_COORDINATOR:
         if version >= 4:
             assert [c["key"] for c in response["coordinators"]] == ["g", "h"]
