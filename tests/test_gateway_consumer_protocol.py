@@ -145,3 +145,37 @@ def test_commits_are_read_back_and_the_admin_client_sees_a_consumer_group(
         assert listed.valid[0].type == ConsumerGroupType.CONSUMER
     finally:
         one.close()
+
+
+@pytest.mark.slow
+def test_a_consumer_group_and_its_commits_survive_a_gateway_restart(tmp_path: Any) -> None:
+    """With a warehouse: the group's records go to the consumer_offsets table and a new gateway
+    loads them (Kafka's load on failover); group_state shows the consumer group."""
+    from coordinator.modern.model import ConsumerGroup
+    from coordinator.stream.delta_read import read_table
+    from coordinator.stream.schema import GROUP_STATE, Warehouse
+
+    warehouse = str(tmp_path / "wh")
+    group = "kip848-restart"
+    first = Running(warehouse=warehouse, config=CONFIG)
+    try:
+        one = member(first, group, "m0")
+        sc.wait_for(lambda: sc.disjoint_cover([one]), SETTLE_S, lambda: sc.shares([one]))
+        one.commit({("t", 0): 5})
+        one.close()
+    finally:
+        first.stop()
+    second = Running(warehouse=warehouse, config=CONFIG)
+    try:
+        loaded = second.gateway.backend.engine.group(group)
+        assert isinstance(loaded, ConsumerGroup) and loaded.members == {}
+        assert loaded.offsets[("t", 0)].committed_offset == 5
+        again = member(second, group, "m1")
+        sc.wait_for(lambda: sc.disjoint_cover([again]), SETTLE_S, lambda: sc.shares([again]))
+        assert again.committed([("t", 0)]) == {("t", 0): 5}
+        again.close()
+        rows = read_table(Warehouse.at(tmp_path / "wh").tables / GROUP_STATE).to_pylist()
+        [row] = [r for r in rows if r["group_id"] == group]
+        assert row["protocol_type"] == "consumer"
+    finally:
+        second.stop()
