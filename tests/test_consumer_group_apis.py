@@ -302,3 +302,40 @@ def test_offsets_of_a_subscribed_topic_do_not_expire() -> None:
         ctx.sleep(40_000)
         ctx.heartbeat(M1, 1, topic_partitions=owned({FOO: [0, 1]}))
     assert set(ctx.group().offsets) == {("foo", 0)}
+
+
+def test_the_replay_tool_takes_topic_lines() -> None:
+    import io
+    import json
+
+    from coordinator import CoordinatorConfig, GroupCoordinator
+    from coordinator.cli.replay import replay
+
+    lines = [
+        {"at_ms": 0, "topics": [{"name": "foo", "topic_id": FOO, "partitions": 2}]},
+        {
+            "at_ms": 1,
+            "api": "consumer_group_heartbeat",
+            "request_id": 1,
+            "group_id": GROUP,
+            "member_id": M1,
+            "member_epoch": 0,
+            "rebalance_timeout_ms": 1000,
+            "subscribed_topic_names": ["foo"],
+            "topic_partitions": [],
+        },
+        {"at_ms": 2, "topics": "not a list"},
+    ]
+    source = io.StringIO("".join(json.dumps(line) + "\n" for line in lines))
+    emitted: list[tuple[int, dict[str, Any]]] = []
+    warn = io.StringIO()
+    engine = GroupCoordinator(CoordinatorConfig())
+    problems = replay(
+        [("in", source)], engine, lambda at, item: emitted.append((at, item)), None, warn
+    )
+    assert problems == 1 and "topics refused" in warn.getvalue()
+    [(at, answer)] = emitted
+    assert at == 1 and answer["assignment"]["topic_partitions"] == [
+        {"topic_id": FOO, "partitions": [0, 1]}
+    ]
+    assert engine.topics.by_name("foo") is not None  # the bad list changed nothing

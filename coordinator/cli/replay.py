@@ -1,7 +1,9 @@
 """``coordinator replay``: run the engine over a file of timed requests (contract, section 4).
 
 Input: JSON lines, each a request with an ``at_ms`` event time (non-decreasing); a line holding
-only ``at_ms`` just advances the clock. Output: each response as a JSON line with the ``at_ms``
+only ``at_ms`` just advances the clock; a line with ``topics`` and no ``api`` is the whole
+current topic list, ``[{name, topic_id, partitions}]``, that consumer groups are assigned from
+(``GroupCoordinator.update_topics``). Output: each response as a JSON line with the ``at_ms``
 at which it was emitted (``--format timeline`` prints the same for people). ``--records FILE``
 also writes the log records. Member ids come from a deterministic source: same input, same
 output.
@@ -78,6 +80,13 @@ def replay(
                 request = request if isinstance(request, dict) else {"raw": request}
             if request is None:
                 responses = coordinator.advance(now)
+            elif "topics" in request and "api" not in request:
+                try:
+                    responses = coordinator.update_topics(request["topics"], now)
+                except (TypeError, ValueError) as exc:
+                    problems += 1
+                    print(f"{name}: topics refused: {exc}", file=warn)
+                    responses = coordinator.advance(now)
             else:
                 responses = coordinator.handle(request, now)
             for item in responses:
