@@ -121,3 +121,14 @@ def test_every_assignment_is_a_disjoint_cover_of_the_subscribed_partitions(group
         if assign is uniform_assign and subscription is HOMO:
             sizes = [sum(len(p) for p in result.get(m.member_id, {}).values()) for m in members]
             assert max(sizes) - min(sizes) <= 1  # balanced
+
+
+def test_the_protocols_benchmark_runs_both_protocols() -> None:
+    """``coordinator bench protocols`` at a small size (a smoke test, not a figure)."""
+    from coordinator.bench.protocols import compare
+
+    figures = compare((3,))
+    consumer, classic = figures["3"]["consumer"], figures["3"]["classic"]
+    assert consumer["members"] == classic["members"] == 3
+    assert 0 < consumer["simulated_ms"] <= 10_000 and consumer["requests"] >= 3
+    assert classic["simulated_ms"] >= 3_000  # Kafka's initial rebalance delay

@@ -30,6 +30,16 @@ def add_parser(subparsers: Any) -> None:
     group.add_argument("--assignor", default="cooperative-sticky")
     group.add_argument("--json", action="store_true", help="print one JSON object")
     group.set_defaults(run=run_group)
+    protocols = kinds.add_parser(
+        "protocols",
+        help="time to a stable assignment, consumer protocol (KIP-848) against classic",
+    )
+    protocols.add_argument(
+        "--members", type=int, nargs="+", default=[10, 100, 1000], help="group sizes"
+    )
+    protocols.add_argument("--classic-assignor", default="cooperative-sticky")
+    protocols.add_argument("--json", action="store_true", help="print one JSON object")
+    protocols.set_defaults(run=run_protocols)
     stream = kinds.add_parser(
         "stream",
         help="heartbeat round trips through the Spark job, against a floor pipeline",
@@ -321,6 +331,27 @@ def run_group(args: argparse.Namespace) -> int:
         f"simulated ms (Kafka's 3 s initial delay included), {figures['wall_s']} s of wall time, "
         f"{figures['requests']:,} requests"
     )
+    return 0
+
+
+def run_protocols(args: argparse.Namespace) -> int:
+    from coordinator.bench.protocols import compare
+
+    figures = compare(tuple(args.members), args.classic_assignor)
+    if args.json:
+        print(json.dumps(figures))
+        return 0
+    print(
+        "time to a stable assignment, 10 topics x 100 partitions, all members starting at once "
+        "(simulated ms; wall s to compute; requests)"
+    )
+    for size, both in figures.items():
+        for protocol in ("consumer", "classic"):
+            f = both[protocol]
+            print(
+                f"  {size:>5} members  {protocol:<8} {f['simulated_ms']:>9,} ms "
+                f"{f['wall_s']:>9.3f} s {f['requests']:>10,} requests"
+            )
     return 0
 
 

@@ -128,42 +128,51 @@ def _uniform_homogeneous(
         unassigned.extend((topic_id, p) for p in range(count) if (topic_id, p) not in assigned)
         total += count
     minimum, extra = divmod(total, len(members))
-    result: dict[str, dict[str, set[int]]] = {}
+    result: dict[str, Assignment] = {}
     unfilled: list[tuple[str, int]] = []
     for member in members:
         quota = minimum
         if extra > 0:
             quota += 1
             extra -= 1
-        kept: dict[str, set[int]] = {}
+        kept: dict[str, frozenset[int]] = {}
+        changed = False
         for topic_id in sorted(member.assignment):
-            partitions = sorted(member.assignment[topic_id])
+            partitions = member.assignment[topic_id]
             if topic_id not in subscribed:
+                changed = True
                 continue
             if len(partitions) <= quota:
                 quota -= len(partitions)
-                kept[topic_id] = set(partitions)
+                kept[topic_id] = partitions
                 continue
-            keep, give = partitions[:quota], partitions[quota:]
-            quota = 0
+            ordered = sorted(partitions)
+            keep, give = ordered[:quota], ordered[quota:]
+            quota, changed = 0, True
             if keep:
-                kept[topic_id] = set(keep)
+                kept[topic_id] = frozenset(keep)
             unassigned.extend((topic_id, p) for p in give)
         if quota > 0:
             unfilled.append((member.member_id, quota))
-        result[member.member_id] = kept
+        # As Kafka's builder, an assignment that does not change is the same object.
+        result[member.member_id] = kept if changed else member.assignment
     index = 0
     for member_id, quota in unfilled:
-        target = result[member_id]
+        adding: dict[str, set[int]] = {}
         for _ in range(quota):
             if index >= len(unassigned):
                 break
             topic_id, partition = unassigned[index]
             index += 1
-            target.setdefault(topic_id, set()).add(partition)
+            adding.setdefault(topic_id, set()).add(partition)
+        if adding:
+            target = dict(result[member_id])
+            for topic_id, more in adding.items():
+                target[topic_id] = target.get(topic_id, frozenset()) | more
+            result[member_id] = target
     if index < len(unassigned):
         raise PartitionAssignorError("Partitions were left unassigned")
-    return {m: {t: frozenset(p) for t, p in a.items() if p} for m, a in result.items()}
+    return result
 
 
 def _uniform_heterogeneous(

@@ -566,16 +566,18 @@ def compute_assignment(
 ) -> dict[str, Assignment]:
     """Run the assignor over ``members`` and write the target assignment's delta and epoch."""
     ids = {name: topic.topic_id for name, topic in metadata.items()}
-    subscriptions = {m: _subscription(member, resolved) for m, member in members.items()}
-    specs = [
-        MemberSpec(
-            member_id=m,
-            instance_id=member.instance_id,
-            subscribed_topic_ids=frozenset(ids[n] for n in subscriptions[m] if n in ids),
-            assignment=targets.get(m, EMPTY_ASSIGNMENT),
+    # Members mostly share a subscription: each distinct one is resolved once.
+    topic_ids: dict[tuple[tuple[str, ...], str | None], frozenset[str]] = {}
+    specs = []
+    for m, member in members.items():
+        key = (member.subscribed_topic_names, member.regex)
+        subscribed = topic_ids.get(key)
+        if subscribed is None:
+            names = _subscription(member, resolved)
+            subscribed = topic_ids[key] = frozenset(ids[n] for n in names if n in ids)
+        specs.append(
+            MemberSpec(m, member.instance_id, subscribed, targets.get(m, EMPTY_ASSIGNMENT))
         )
-        for m, member in members.items()
-    ]
     distinct = {spec.subscribed_topic_ids for spec in specs}
     subscription = (
         SubscriptionType.HOMOGENEOUS if len(distinct) <= 1 else SubscriptionType.HETEROGENEOUS
