@@ -145,7 +145,11 @@ class Gateway:
         self._finder = GroupCoordinator(node=node)
         feed_topics = getattr(self.backend, "update_topics", None)
         if feed_topics is not None:  # consumer groups assign from them (embedded back end)
-            feed_topics(self._ctx.topic_list())
+            if self.upstream is not None:
+                self.upstream.on_topics = feed_topics
+                feed_topics(self.upstream.topic_list())
+            else:
+                feed_topics(self._ctx.topic_list())
         await self.backend.start(node)
         await self.log_topic.refresh(force=True)
         self._ctx.submit = self.backend.submit

@@ -70,6 +70,7 @@ from coordinator.gateway.record_batch import (
     encode_message_set,
     fetch_magic,
 )
+from coordinator.topics import uuid_from_bytes
 
 if TYPE_CHECKING:
     from coordinator.gateway.security.client import UpstreamCredentials
@@ -725,6 +726,9 @@ class Upstream:
         #: the upstream's ApiVersions table (None until it answered)
         self.api_versions: dict[int, tuple[int, int]] | None = None
         self._ensure_listener: EnsureListener | None = None
+        #: Called with the topic list when a Metadata answer changed it (consumer groups are
+        #: assigned from the upstream's topics).
+        self.on_topics: Callable[[list[dict[str, Any]]], None] | None = None
         self._gateway_address: Address = ("127.0.0.1", 0)
         self._log_topic: LogTopicShape | None = None
         self._control = ClientLink(None)
@@ -818,6 +822,7 @@ class Upstream:
         self.racks = {int(b["node_id"]): b.get("rack") for b in answer["brokers"]}
         self.cluster_id = answer.get("cluster_id", self.cluster_id)
         self.controller_id = int(answer.get("controller_id", -1))
+        before = dict(self.topics)
         for topic in answer.get("topics") or []:
             if int(topic["error_code"]) == 0:
                 self.topics[topic["name"]] = TopicShape(
@@ -825,9 +830,30 @@ class Upstream:
                     bool(topic.get("is_internal", False)),
                     sorted(int(p["partition_index"]) for p in topic["partitions"]),
                 )
+        if self.on_topics is not None and self.topics != before:
+            self.on_topics(self.topic_list())
         if self._ensure_listener is not None:
             for node_id in sorted(self.brokers):
                 await self._ensure_listener(node_id)
+
+    def topic_list(self) -> list[dict[str, Any]]:
+        """The upstream's topics as the coordinator learns them (contract, section 6): those
+        with a topic id (Metadata v10+), internal ones left out."""
+        out = []
+        for name, shape in sorted(self.topics.items()):
+            if shape.is_internal or shape.topic_id is None:
+                continue
+            raw = uuid.UUID(str(shape.topic_id)).bytes
+            if raw == bytes(16):
+                continue
+            out.append(
+                {
+                    "name": name,
+                    "topic_id": uuid_from_bytes(raw),
+                    "partitions": len(shape.partitions),
+                }
+            )
+        return out
 
     async def listeners(self) -> dict[int, Address]:
         assert self._ensure_listener is not None
