@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
@@ -216,3 +216,68 @@ ConsumerGroupMachine.TestCase.settings = settings(
     suppress_health_check=[HealthCheck.too_slow],
 )
 TestConsumerGroupMachine = ConsumerGroupMachine.TestCase
+
+
+# --- any field of any value: one clear answer, nothing broken ----------------------------------
+
+HEARTBEAT_FIELDS = [
+    "member_id",
+    "member_epoch",
+    "instance_id",
+    "rack_id",
+    "rebalance_timeout_ms",
+    "subscribed_topic_names",
+    "subscribed_topic_regex",
+    "server_assignor",
+    "topic_partitions",
+    "api_version",
+    "group_id",
+]
+ODD_VALUES = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**40), 2**40),
+    st.text(max_size=30),
+    st.lists(st.one_of(st.text(max_size=5), st.integers(-3, 3), st.none()), max_size=3),
+    st.lists(
+        st.fixed_dictionaries(
+            {
+                "topic_id": st.one_of(st.text(max_size=24), st.none()),
+                "partitions": st.lists(st.integers(-2, 9), max_size=3),
+            }
+        ),
+        max_size=2,
+    ),
+    st.sampled_from(["[", "f.*", "", "   ", "uniform", "range", "AAAAAAAAAAAAAAAAAAAAAA"]),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    changes=st.lists(st.tuples(st.sampled_from(HEARTBEAT_FIELDS), ODD_VALUES), max_size=4),
+    api=st.sampled_from(["consumer_group_heartbeat", "consumer_group_describe"]),
+)
+def test_any_heartbeat_or_describe_gets_one_answer_and_breaks_nothing(
+    changes: list[tuple[str, Any]], api: str
+) -> None:
+    ctx = Context(topics={"foo": 3})
+    ctx.join(CLIENTS[0], ["foo"])
+    before = durable_view(ctx.c.group(GROUP))
+    request: dict[str, Any] = {
+        "api": api,
+        "request_id": "odd",
+        "group_id": GROUP,
+        "member_id": CLIENTS[0],
+        "member_epoch": 1,
+    }
+    for name, value in changes:
+        request[name] = value
+    out = ctx.c.handle(request, 1)
+    assert not ctx.c.internal_errors, ctx.c.internal_errors
+    assert [r["request_id"] for r in out] == ["odd"]
+    answer = out[0]
+    assert answer["error_code"] != -1, answer  # never an unknown server error
+    if answer["error"] is not None and api == "consumer_group_heartbeat":
+        assert answer["error_message"], answer
+        assert durable_view(ctx.c.group(GROUP)) == before
+    ctx.assert_at_rest_equals_load()
