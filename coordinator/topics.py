@@ -39,16 +39,11 @@ def uuid_from_bytes(raw: bytes) -> str:
 
 
 def topic_id_for(name: str) -> str:
-    """A stable topic id derived from a topic name, for adapters that have no real ids (the
-    gateway's ``--topic`` list): a name-based UUID, never the zero UUID, never starting with
-    "-" (Kafka's ``Uuid.randomUuid`` rejects those too)."""
-    salt = 0
-    while True:
-        raw = uuid.uuid5(uuid.NAMESPACE_URL, f"kafka-topic:{salt}:{name}").bytes
-        text = uuid_from_bytes(raw)
-        if not text.startswith("-") and text != ZERO_UUID:
-            return text
-        salt += 1
+    """The topic id of a topic known only by its name and partition count (the gateway's
+    ``--topic`` list, the job's ``job.topics``): a name-based UUID, the same in every process
+    and release, so that the ids the gateway's Metadata gives are the ones the coordinator
+    assigns, whichever back end runs it."""
+    return uuid_from_bytes(uuid.uuid5(uuid.NAMESPACE_URL, f"coordinator-gateway/{name}").bytes)
 
 
 @dataclass(frozen=True, slots=True)

@@ -142,7 +142,7 @@ def test_the_summary_says_why_the_group_rebalanced_and_keeps_saying_it():
     )
     assert (completing["state"], completing["generation_id"]) == ("CompletingRebalance", 1)
     assert completing["rebalance_reason"] == reason
-    assert list(completing)[-2:] == ["state_timestamp_ms", "rebalance_reason"]
+    assert list(completing)[-3:] == ["state_timestamp_ms", "rebalance_reason", "group_type"]
     assert decode_group(joined.blob).rebalance_reason == reason
     # It keeps saying it once the group is Stable, until the next rebalance.
     sync = {

@@ -26,7 +26,7 @@ from coordinator.gateway.log_topic import (
 )
 from coordinator.gateway.record_batch import fetch_magic
 from coordinator.gateway.upstream import TRANSACTIONAL_ID_AUTHORIZATION_FAILED, TRANSACTIONS_REFUSED
-from coordinator.topics import uuid_from_bytes, uuid_to_bytes
+from coordinator.topics import topic_id_for, uuid_from_bytes, uuid_to_bytes
 
 INT32_MIN = -(2**31)
 UNKNOWN_SERVER_ERROR = -1
@@ -68,12 +68,12 @@ class GatewayContext:
         return f"gw-{self._run}-{next(self._ids)}"
 
     def topic_id(self, name: str) -> uuid.UUID:
-        return uuid.uuid5(uuid.NAMESPACE_URL, f"coordinator-gateway/{name}")
+        return uuid.UUID(bytes=uuid_to_bytes(topic_id_for(name)))
 
     def topic_list(self) -> list[dict[str, Any]]:
         """The topics as the engine learns them (contract, section 6): the ids Metadata gives."""
         return [
-            {"name": name, "topic_id": uuid_from_bytes(self.topic_id(name).bytes), "partitions": n}
+            {"name": name, "topic_id": topic_id_for(name), "partitions": n}
             for name, n in sorted(self.topics.items())
         ]
 

@@ -63,11 +63,17 @@ from coordinator.group.model import (
 )
 from coordinator.group.states import GroupState
 from coordinator.group.timers import Timer
+from coordinator.log import records as log
+from coordinator.log.modern_records import RecordBuilder
+from coordinator.log.records import Group
+from coordinator.modern.model import ConsumerGroup
 
 __all__ = ["SNAPSHOT_VERSION", "SnapshotError", "decode_group", "encode_group"]
 
 SNAPSHOT_VERSION = 3
-"""The layout :func:`encode_group` writes (the blob's first byte)."""
+"""The layout :func:`encode_group` writes for a classic group (the blob's first byte)."""
+CONSUMER_SNAPSHOT_VERSION = 4
+"""The layout of a consumer group's blob: the records that rebuild it, then its timers."""
 
 
 class SnapshotError(ValueError):
@@ -607,6 +613,83 @@ def _read_group_v3(inp: _In) -> ClassicGroup:
     return group
 
 
+# -- consumer groups (version 4) --------------------------------------------------------------
+#
+# A consumer group is what its records make it, so its blob holds the records that rebuild it
+# (Kafka's own key and value bytes, as a load reads them: the one replay path) and then what no
+# record carries: its timers, the timer heap as it stands, the timer sequence and its clock.
+
+
+def consumer_group_records(group: ConsumerGroup) -> list[dict[str, Any]]:
+    """Records that rebuild ``group`` when replayed from nothing, in an order the replay takes."""
+    build = RecordBuilder(group.group_id, 0, log.BLANK_RECORD)
+    records = [
+        build.epoch(group.group_epoch),
+        build.subscription_metadata(group.subscription_metadata),
+    ]
+    for regex, topics in group.resolved_regexes.items():
+        records.append(build.regular_expression(regex, list(topics), 0))
+    for member in group.members.values():
+        records.append(build.member_subscription(member))
+        if member.member_id in group.target_assignment:
+            records.append(
+                build.target_assignment(member.member_id, group.target_assignment[member.member_id])
+            )
+        records.append(build.current_assignment(member))
+    for member_id, assignment in group.target_assignment.items():
+        if member_id not in group.members:
+            records.append(build.target_assignment(member_id, assignment))
+    if group.assignment_epoch == -1:
+        records.append(build.target_assignment_epoch_tombstone())
+    else:
+        records.append(build.target_assignment_epoch(group.assignment_epoch))
+    for (topic, partition), offset in group.offsets.items():
+        records.append(log.offset_commit_record(group.group_id, topic, partition, offset, 0))
+    return records
+
+
+def _write_consumer_group(out: _Out, group: ConsumerGroup) -> None:
+    out.text(group.group_id)
+    records = consumer_group_records(group)
+    out.uint(len(records))
+    for record in records:
+        out.blob(record["key"])
+        out.flag(record["value"] is None)
+        out.blob(record["value"] or b"")
+    out.uint(len(group.timers))
+    for key, timer in group.timers.items():
+        out.text(key)
+        _write_timer(out, timer)
+    out.uint(len(group.timer_heap))
+    for deadline_ms, seq, key in group.timer_heap:
+        out.time(deadline_ms)
+        out.seq(seq)
+        out.text(key)
+    out.seq(group.timer_seq)
+    out.opt_time(group.clock_ms)
+
+
+def _read_consumer_group_v4(inp: _In) -> ConsumerGroup:
+    group_id = inp.text()
+    state: Group | None = None
+    for _ in range(inp.count()):
+        record_key, tombstone, value = inp.blob(), inp.flag(), inp.blob()
+        record = log.record_from_bytes(record_key, None if tombstone else value)
+        if record is None or record["group_id"] != group_id:
+            raise SnapshotError("corrupt snapshot: a record of another group or type")
+        state = log.apply_record(state, record, 0, live=False)
+    if not isinstance(state, ConsumerGroup):
+        raise SnapshotError("corrupt snapshot: the records do not make a consumer group")
+    state.timers = {}
+    for _ in range(inp.count()):
+        key = inp.text()
+        state.timers[key] = _read_timer_v1(inp)
+    state.timer_heap = [(inp.time(), inp.seq(), inp.text()) for _ in range(inp.count())]
+    state.timer_seq = inp.seq()
+    state.clock_ms = inp.opt_time()
+    return state
+
+
 # -- framing ---------------------------------------------------------------------------------------
 
 
@@ -616,43 +699,52 @@ def _version_prefix(version: int) -> bytes:
     return bytes(out.buf)
 
 
-def encode_group(group: ClassicGroup) -> bytes:
-    """The group as a version-:data:`SNAPSHOT_VERSION` blob (deterministic).
+def encode_group(group: Group) -> bytes:
+    """The group as a version-:data:`SNAPSHOT_VERSION` blob (deterministic); a consumer group
+    as a version-:data:`CONSUMER_SNAPSHOT_VERSION` one.
 
     Raises TypeError if a parked request id or a timer payload is of a type a snapshot cannot
     hold (see the module doc; the engine only ever puts str, int, None and tuples of ints there),
     ValueError for an integer of 14336 bits or more.
     """
     out = _Out()
-    _write_group(out, group)
+    if isinstance(group, ConsumerGroup):
+        _write_consumer_group(out, group)
+        version = CONSUMER_SNAPSHOT_VERSION
+    else:
+        _write_group(out, group)
+        version = SNAPSHOT_VERSION
     body = bytes(out.buf)
     codec = _CODEC_RAW
     if len(body) >= _COMPRESS_MIN_BYTES:
         packed = zlib.compress(body, _ZLIB_LEVEL)
         if len(packed) < len(body):
             codec, body = _CODEC_ZLIB, packed
-    head = _version_prefix(SNAPSHOT_VERSION) + bytes((codec,))
+    head = _version_prefix(version) + bytes((codec,))
     return head + body + _CRC.pack(zlib.crc32(body, zlib.crc32(head)))
 
 
-def _decode_v1(blob: bytes, pos: int) -> ClassicGroup:
+def _decode_v1(blob: bytes, pos: int) -> Group:
     """Version 1: ``codec`` byte, body, CRC-32 (``pos`` is just past the version)."""
     return _decode_framed(blob, pos, _read_group_v1)
 
 
-def _decode_v2(blob: bytes, pos: int) -> ClassicGroup:
+def _decode_v2(blob: bytes, pos: int) -> Group:
     """Version 2: version 1's frame around version 2's body."""
     return _decode_framed(blob, pos, _read_group_v2)
 
 
-def _decode_v3(blob: bytes, pos: int) -> ClassicGroup:
+def _decode_v3(blob: bytes, pos: int) -> Group:
     """Version 3: version 1's frame around version 3's body."""
     return _decode_framed(blob, pos, _read_group_v3)
 
 
-def _decode_framed(
-    blob: bytes, pos: int, read_group: Callable[[_In], ClassicGroup]
-) -> ClassicGroup:
+def _decode_v4(blob: bytes, pos: int) -> Group:
+    """Version 4 (a consumer group): version 1's frame around a consumer group's body."""
+    return _decode_framed(blob, pos, _read_consumer_group_v4)
+
+
+def _decode_framed(blob: bytes, pos: int, read_group: Callable[[_In], Group]) -> Group:
     """``codec`` byte, body (read by ``read_group``), CRC-32; ``pos`` is just past the version."""
     if len(blob) < pos + 1 + _CRC.size:
         raise SnapshotError(f"truncated snapshot: {len(blob)} bytes")
@@ -681,14 +773,15 @@ def _decode_framed(
 
 
 #: Every layout this release reads: version -> reader of what follows the version number.
-_DECODERS: dict[int, Callable[[bytes, int], ClassicGroup]] = {
+_DECODERS: dict[int, Callable[[bytes, int], Group]] = {
     1: _decode_v1,
     2: _decode_v2,
     3: _decode_v3,
+    4: _decode_v4,
 }
 
 
-def decode_group(blob: bytes) -> ClassicGroup:
+def decode_group(blob: bytes) -> Group:
     """The group in a blob from :func:`encode_group` of this or an earlier release.
 
     Raises :class:`SnapshotError`, and nothing else, for an unknown version or corrupt bytes.

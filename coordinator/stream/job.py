@@ -801,6 +801,7 @@ def operator_settings(
         max_request_bytes=job.max_request_bytes,
         bootstrap_dir=identity.bootstrap_dir,
         offsets_dir=str(job.paths.checkpoint / "offsets"),
+        topics=job.topic_counts(),
     )
 
 

@@ -57,7 +57,6 @@ from coordinator.config import CoordinatorConfig
 from coordinator.context import GroupContext
 from coordinator.engine import CoordinatorNode, find_coordinator_response, on_loaded
 from coordinator.errors import Error
-from coordinator.group.model import ClassicGroup
 from coordinator.group.snapshot import decode_group, encode_group
 from coordinator.ids import KeyedIds
 from coordinator.log.partitioning import partition_for
@@ -66,9 +65,7 @@ from coordinator.modern.model import ConsumerGroup
 from coordinator.requests import BadRequest, bad_request_response, parse
 from coordinator.step import step
 from coordinator.stream.source import arrival_of, batch_horizon
-
-#: The APIs of consumer groups (KIP-848), which this job does not serve yet.
-CONSUMER_GROUP_APIS = frozenset({"consumer_group_heartbeat", "consumer_group_describe"})
+from coordinator.topics import TopicImage, TopicMetadata, topic_id_for
 
 # --- output rows ------------------------------------------------------------------------------
 
@@ -142,6 +139,18 @@ class OperatorSettings:
     #: The checkpoint's offset log (``<checkpoint>/offsets``), where each batch's input
     #: horizon is read; None: every batch's clock is its timestamp.
     offsets_dir: str | None = None
+    #: ``job.topics``: (name, partition count) of the topics consumer groups are assigned from,
+    #: with the topic ids the gateway's Metadata gives (:func:`coordinator.topics.topic_id_for`).
+    topics: tuple[tuple[str, int], ...] = ()
+
+    def topic_image(self) -> TopicImage:
+        """The topics as the engine learns them (one image per worker and topic list)."""
+        image = _IMAGES.get(self.topics)
+        if image is None:
+            image = _IMAGES[self.topics] = TopicImage(
+                TopicMetadata(topic_id_for(name), name, count) for name, count in self.topics
+            )
+        return image
 
     def ids(self) -> KeyedIds:
         return KeyedIds(self.seed)
@@ -163,6 +172,9 @@ class OperatorSettings:
         """Whether ``line`` came from a bootstrap file (never true of an inbox line)."""
         return self.bootstrap_dir is not None and _under(line.source_file, self.bootstrap_dir)
 
+
+#: Topic images by topic list, per Python worker.
+_IMAGES: dict[tuple[tuple[str, int], ...], TopicImage] = {}
 
 #: Input horizons by (offset log, batch timestamp), per Python worker.
 _HORIZONS: dict[tuple[str, int], int | None] = {}
@@ -212,6 +224,7 @@ def group_summary(group_id: str, group: Group | None, partition: int) -> dict[st
             "num_committed_offsets": len(group.offsets),
             "state_timestamp_ms": None,
             "rebalance_reason": None,
+            "group_type": "consumer",
         }
     return {
         "group_id": group_id,
@@ -237,6 +250,7 @@ def group_summary(group_id: str, group: Group | None, partition: int) -> dict[st
         "state_timestamp_ms": group.current_state_timestamp_ms,
         # Why the latest rebalance began (Kafka's prepareRebalance reason); kept once Stable.
         "rebalance_reason": group.rebalance_reason,
+        "group_type": "classic",
     }
 
 
@@ -295,14 +309,6 @@ def run_group(
         if raw is None:
             continue
         api = raw.get("api")
-        if isinstance(api, str) and api in CONSUMER_GROUP_APIS:
-            problem = BadRequest(
-                Error.INVALID_REQUEST,
-                f"{api}: consumer groups are served by the engine and the gateway's embedded "
-                "back end, not by the Spark job yet",
-            )
-            emit(RESPONSE, jsonio.dumps(bad_request_response(raw, problem)))
-            continue
         if api == "list_groups" or api == "find_coordinator":
             try:
                 request = parse(raw)
@@ -319,7 +325,16 @@ def run_group(
         arrivals.append(line.arrival_ms)
 
     # A request without an arrival (a file of an older release) is served at now_ms.
-    result = step(group, group_id, requests, now_ms, settings.config, settings.ids(), arrivals)
+    result = step(
+        group,
+        group_id,
+        requests,
+        now_ms,
+        settings.config,
+        settings.ids(),
+        arrivals,
+        settings.topic_image(),
+    )
     for answer in result.responses:
         emit(RESPONSE, jsonio.dumps(answer))
     for record in result.records:
@@ -329,8 +344,6 @@ def run_group(
     # saw, or (Dead) a group the log no longer has.
     if loaded or (after != before and not (before is None and result.group is None)):
         emit(GROUP, jsonio.dumps(after))
-    # Only classic groups reach here (consumer-group requests and logs are refused above).
-    assert not isinstance(result.group, ConsumerGroup)
     new_blob = None if result.group is None else encode_group(result.group)
     errors.extend(result.internal_errors)
     return GroupOutcome(new_blob, result.next_deadline_ms, rows, errors, warnings)
@@ -357,7 +370,7 @@ def load_group(
     loads: list[InboxLine],
     now_ms: int,
     errors: list[str],
-) -> tuple[ClassicGroup | None, list[dict[str, Any]]]:
+) -> tuple[Group | None, list[dict[str, Any]]]:
     """The group as a load of its records gives it at ``now_ms`` (Kafka's load of an offsets
     partition, as ``GroupCoordinator.from_records`` does it): the records replayed in order,
     then ``onLoaded`` (a fresh session for every member, the offsets sweep armed, a rebalance if
@@ -383,12 +396,6 @@ def load_group(
         except Exception as exc:  # a damaged bootstrap must not stop the stream
             errors.append(f"load of {group_id!r} from {line.source_file}:{line.position}: {exc!r}")
     group = replay(records, now_ms).get(group_id)
-    if isinstance(group, ConsumerGroup):
-        errors.append(
-            f"load of {group_id!r}: a consumer group's records; the Spark job serves classic "
-            "groups only, so the group is left out"
-        )
-        return None, []
     if group is None:
         return None, []
     counter = [group.timer_seq]
@@ -400,10 +407,19 @@ def load_group(
     partition = partition_for(group_id, settings.config.offsets_topic_num_partitions)
     written: list[dict[str, Any]] = []
     ctx = GroupContext(
-        settings.config, now_ms, settings.ids(), next_seq, group_id, group, partition, [], written
+        settings.config,
+        now_ms,
+        settings.ids(),
+        next_seq,
+        group_id,
+        group,
+        partition,
+        [],
+        written,
+        topics=settings.topic_image(),
     )
     on_loaded(ctx, group)
-    loaded = ctx.classic
+    loaded = ctx.group
     if loaded is not None:
         loaded.timer_seq = counter[0]
         loaded.clock_ms = now_ms  # loaded now: no request is served before the load

@@ -135,7 +135,8 @@ SUMMARY_MEMBER = pa.struct(
     ]
 )
 
-#: One current row per live group (a group that dies loses its row). ``rebalance_reason`` is
+#: One current row per live group (a group that dies loses its row). ``group_type`` says
+#: classic or consumer (tables written before it gain it, null: classic). ``rebalance_reason`` is
 #: why the latest rebalance began (Kafka's ``prepareRebalance`` reason); tables written before
 #: it existed gain it when the sink opens them (null in their old rows).
 GROUP_STATE_SCHEMA = pa.schema(
@@ -152,6 +153,8 @@ GROUP_STATE_SCHEMA = pa.schema(
         ("num_committed_offsets", pa.int32()),
         ("state_timestamp_ms", pa.int64()),
         ("rebalance_reason", pa.string()),
+        # "classic" or "consumer" (KIP-848); null in rows written before it existed: classic.
+        ("group_type", pa.string()),
         ("updated_at_ms", pa.int64()),
         ("batch_id", pa.int64()),
     ]

@@ -121,6 +121,9 @@ class JobSettings:
     #: ``HOST:PORT`` of the Prometheus ``/metrics``, ``/livez`` and ``/readyz`` server; empty:
     #: none (:mod:`coordinator.metrics.job`).
     metrics: str = ""
+    #: The topics consumer groups (KIP-848) are assigned from, ``NAME:PARTITIONS,...`` (the
+    #: gateway's ``--topic`` list, with the same topic ids); a change takes a restart.
+    topics: str = ""
 
     def __post_init__(self) -> None:
         if self.state_key not in KEY_MODES:
@@ -152,6 +155,16 @@ class JobSettings:
                     f"{_key(name)} must be >= 0 (0 disables), got {getattr(self, name)}"
                 )
         self.retention()
+        self.topic_counts()
+
+    def topic_counts(self) -> tuple[tuple[str, int], ...]:
+        """``job.topics`` as (name, partition count) pairs; raises ValueError when malformed."""
+        from coordinator.gateway.cli import parse_topics
+
+        try:
+            return tuple(parse_topics(self.topics.split(",")).items())
+        except ValueError as exc:
+            raise ValueError(f"job.topics: {exc}") from None
 
     def retention(self) -> Retention:
         """The retention these settings ask for (``job.retention.*``, ``job.offsets.*``)."""

@@ -374,11 +374,12 @@ class DeltaSink:
         self._append(RESPONSES, columns, batch_id, report)
         report.responses_written = len(answered)
 
-    def _group_rows(self) -> list[tuple[str, str | None, str]]:
-        """(group id, protocol type, state) of every live group, by group id."""
-        names = ["group_id", "protocol_type", "state"]
+    def _group_rows(self) -> list[tuple[str, str | None, str, str]]:
+        """(group id, protocol type, state, group type) of every live group, by group id."""
+        names = ["group_id", "protocol_type", "state", "group_type"]
         table = read_table(self._tables[GROUP_STATE], columns=names).sort_by("group_id")
-        return list(zip(*(table.column(name).to_pylist() for name in names), strict=True))
+        rows = zip(*(table.column(name).to_pylist() for name in names), strict=True)
+        return [(g, p, s, t or "classic") for g, p, s, t in rows]
 
     # --- plumbing -------------------------------------------------------------------------------
 
