@@ -148,11 +148,11 @@ class LocalJobLoop:
     """The job's micro-batch (:class:`LocalJob`) on a warehouse, every ``trigger_ms`` of the wall
     clock, in a thread: the inbox in, the tables out, timers fired, as the Spark job does."""
 
-    def __init__(self, warehouse: Path, trigger_ms: int = 50) -> None:
+    def __init__(self, warehouse: Path, trigger_ms: int = 50, **overrides: Any) -> None:
         from coordinator.stream.local import LocalJob
         from tests.stream_support import job_settings
 
-        self.job = LocalJob(job_settings(warehouse))
+        self.job = LocalJob(job_settings(warehouse, **overrides))
         self.trigger_ms = trigger_ms
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)

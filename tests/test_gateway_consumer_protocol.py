@@ -218,3 +218,69 @@ def test_in_upstream_mode_the_coordinator_learns_the_upstreams_topics_with_their
     asyncio.run(upstream._learn(answer))
     asyncio.run(upstream._learn(answer))  # nothing changed: not fed again
     assert fed == [[{"name": "orders", "topic_id": uuid_from_bytes(orders.bytes), "partitions": 3}]]
+
+
+def _through_the_job(port: int, group: str) -> None:
+    """Two members form a group, one leaves, commits read back: through the job's back end."""
+    pair = [member_at(port, group, f"job-m{i}") for i in range(2)]
+    try:
+        sc.wait_for(lambda: sc.disjoint_cover(pair), SETTLE_S * 2, lambda: sc.shares(pair))
+        stays = pair[1]
+        mark = len(stays.events)
+        pair[0].close()
+        sc.wait_for(lambda: sc.disjoint_cover([stays]), SETTLE_S * 2, lambda: sc.shares([stays]))
+        assert revoked_since(stays, mark) == set()
+        stays.commit({("t", p): 7 for p in range(6)})
+        assert _committed(stays, [("t", 0), ("t", 5)]) == [7, 7]
+    finally:
+        for m in pair:
+            if m._thread.is_alive():
+                m.close()
+
+
+def _committed(m: sc.Member, tps: list[tuple[str, int]]) -> list[int]:
+    """OffsetFetch through a job: a micro-batch per try, so more patience than the scenarios'."""
+    from confluent_kafka import TopicPartition
+
+    wanted = [TopicPartition(t, p) for t, p in tps]
+    answer = m.call(lambda: m.consumer.committed(wanted, timeout=90), timeout=120)
+    return [tp.offset for tp in answer]
+
+
+def member_at(port: int, group: str, name: str) -> sc.Member:
+    return sc.CLIENTS[CLIENT](port, group, name)
+
+
+@pytest.mark.slow
+def test_consumer_groups_through_the_jobs_batch(tmp_path: Any) -> None:
+    """The gateway's job back end in front of the job's micro-batch (no Spark), with
+    ``job.topics`` naming the gateway's topic: every answer takes a micro-batch."""
+    from coordinator.gateway.forwarding import JobBackend
+    from tests.test_gateway_backends import LocalJobLoop
+
+    warehouse = tmp_path / "wh"
+    loop = LocalJobLoop(warehouse, trigger_ms=100, topics="t:6")
+    running = Running(backend=JobBackend(warehouse))
+    try:
+        _through_the_job(running.port, "kip848-job")
+    finally:
+        running.stop()
+        loop.stop()
+
+
+@pytest.mark.slow
+def test_consumer_groups_through_the_spark_job(spark: Any, tmp_path: Any) -> None:
+    """End to end: confluent-kafka with group.protocol=consumer -> the gateway -> the Spark
+    job's inbox -> applyInPandasWithState (the group's blob between micro-batches) -> Delta ->
+    the gateway -> the consumers."""
+    from coordinator.gateway.forwarding import JobBackend
+    from tests.stream_support import RunningCoordinator
+
+    warehouse = tmp_path / "wh"
+    job = RunningCoordinator(spark, warehouse, topics="t:6").start()
+    running = Running(backend=JobBackend(warehouse))
+    try:
+        _through_the_job(running.port, "kip848-spark")
+    finally:
+        running.stop()
+        job.stop()
