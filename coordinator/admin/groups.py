@@ -30,6 +30,10 @@ from typing import Any
 from coordinator.admin import history
 from coordinator.admin.tables import Cut, WarehouseReader
 from coordinator.admin.topic_offsets import LogOffsets, TopicOffsetsError
+from coordinator.log.modern_records import TYPE_OF as CONSUMER_GROUP_RECORD_TYPES
+from coordinator.log.modern_records import apply as apply_consumer_record
+from coordinator.log.records import record_from_bytes
+from coordinator.modern.model import ConsumerGroup
 
 MISSING = "-"
 #: ``ConsumerGroupState`` values a ``--state`` filter accepts (classic groups).
@@ -139,17 +143,51 @@ def collect(reader: WarehouseReader, cut: Cut, group_ids: Sequence[str]) -> dict
     spans: dict[str, list[dict[str, Any]]] = {}
     for span in history.generations(log_rows):
         spans.setdefault(span["group_id"], []).append(span)
+    consumer_rows: dict[str, list[dict[str, Any]]] = {}
+    for row in log_rows:
+        if row["record_type"] in CONSUMER_GROUP_RECORD_TYPES:
+            consumer_rows.setdefault(row["group_id"], []).append(row)
     views = {}
     for group_id in wanted:
         summary = summaries.get(group_id)
+        if summary is not None and summary.get("group_type") == "consumer":
+            assignment = _consumer_assignments(consumer_rows.get(group_id, []))
+        else:
+            assignment = _assignments(spans.get(group_id, []), summary)
         views[group_id] = GroupView(
             group_id,
             "Dead" if summary is None else summary["state"],
             summary,
             offsets.get(group_id, {}),
-            _assignments(spans.get(group_id, []), summary),
+            assignment,
         )
     return views
+
+
+def _consumer_assignments(rows: list[dict[str, Any]]) -> dict[str, list[TopicPartition]]:
+    """A consumer group's (KIP-848) current assignment per member, from its records replayed
+    (the last of each key, in log order), topic ids named by its subscription metadata.
+    Kafka's ConsumerGroupDescribe gives it in every state, so it is shown in every state."""
+    group: Any = None
+    for row in rows:
+        record = record_from_bytes(bytes(row["key"]), _bytes_or_none(row["value"]))
+        if record is not None:
+            group = apply_consumer_record(group, record)
+    if not isinstance(group, ConsumerGroup):
+        return {}
+    names = {t.topic_id: t.name for t in group.subscription_metadata.values()}
+    return {
+        member_id: sorted(
+            (names.get(topic_id, topic_id), p)
+            for topic_id, partitions in member.assigned_partitions.items()
+            for p in partitions
+        )
+        for member_id, member in group.members.items()
+    }
+
+
+def _bytes_or_none(value: Any) -> bytes | None:
+    return None if value is None else bytes(value)
 
 
 def list_groups(

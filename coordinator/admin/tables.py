@@ -50,6 +50,7 @@ import pyarrow.dataset as ds
 from deltalake import DeltaTable
 
 from coordinator.config import CoordinatorConfig
+from coordinator.log.modern_records import TYPE_OF as CONSUMER_GROUP_RECORD_TYPES
 from coordinator.log.partitioning import partition_for
 from coordinator.log.records import GROUP_METADATA, OFFSET_COMMIT
 from coordinator.stream.delta_read import CHECKPOINT_FILE, COMMIT_FILE, data_file, read_table
@@ -619,8 +620,9 @@ def _files_by_partition(table: DeltaTable, columns: list[str]) -> dict[Any, list
 
 
 def _surviving_offsets(dataset: ds.Dataset, cut: Cut, group_ids: Sequence[str] | None) -> pa.Array:
-    """The offsets, in one offsets partition's files, of the last record per commit key and of
-    the last GroupMetadata record per group that is not a tombstone (key columns only)."""
+    """The offsets, in one offsets partition's files, of the last record per commit key, of
+    the last GroupMetadata record per group that is not a tombstone, and of the last record
+    per key of a consumer group's (KIP-848) records (key columns only)."""
     keyed = dataset.to_table(
         columns={
             "record_type": pc.field("record_type"),
@@ -629,6 +631,7 @@ def _surviving_offsets(dataset: ds.Dataset, cut: Cut, group_ids: Sequence[str] |
             "partition": pc.field("partition"),
             "offset": pc.field("offset"),
             "tombstone": pc.is_null(pc.field("value")),
+            "key": pc.field("key"),
         },
         filter=pc.field("batch_id") <= cut.batch_id,
     )
@@ -644,10 +647,13 @@ def _surviving_offsets(dataset: ds.Dataset, cut: Cut, group_ids: Sequence[str] |
         pc.and_(pc.equal(kind, GROUP_METADATA), pc.invert(keyed.column("tombstone")))
     )
     last_groups = groups.group_by("group_id").aggregate([("offset", "max")])
+    consumer = keyed.filter(pc.is_in(kind, pa.array(sorted(CONSUMER_GROUP_RECORD_TYPES))))
+    last_consumer = consumer.group_by("key").aggregate([("offset", "max")])
     return pa.concat_arrays(
         [
             last_commits.column("offset_max").combine_chunks(),
             last_groups.column("offset_max").combine_chunks(),
+            last_consumer.column("offset_max").combine_chunks().cast(pa.int64()),
         ]
     )
 

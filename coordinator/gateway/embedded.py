@@ -290,7 +290,9 @@ class EmbeddedBackend:
             group = self.engine.group(group_id)
             if group is None and group_id not in self._summaries:
                 continue
-            summary = group_summary(group_id, group, self.engine.partition_for(group_id))
+            summary = group_summary(
+                group_id, group, self.engine.partition_for(group_id), self.config
+            )
             if summary != self._summaries.get(group_id):
                 changed.append(summary)
         return changed

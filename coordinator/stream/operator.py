@@ -193,20 +193,27 @@ class GroupOutcome:
 # --- one group --------------------------------------------------------------------------------
 
 
-def group_summary(group_id: str, group: Group | None, partition: int) -> dict[str, Any]:
+def group_summary(
+    group_id: str,
+    group: Group | None,
+    partition: int,
+    config: CoordinatorConfig | None = None,
+) -> dict[str, Any]:
     """The group's row in ``group_state`` and ``group_history`` (without the batch columns);
     Dead (with only the group id and its partition) when it is gone. A consumer group's row
     says ``consumer`` as its protocol type, its group epoch as its generation and its
-    assignor as its protocol name; its members have no session timeout of their own."""
+    assignor as its protocol name (``config``'s assignors; Kafka's defaults without one); its
+    members have no session timeout of their own."""
     if group is None:
         return {"group_id": group_id, "offsets_partition": partition, "state": "Dead"}
     if isinstance(group, ConsumerGroup):
+        assignors = (config or CoordinatorConfig()).group_consumer_assignors
         return {
             "group_id": group_id,
             "offsets_partition": partition,
             "state": group.state.value,
             "protocol_type": group.protocol_type,
-            "protocol_name": None,
+            "protocol_name": group.preferred_assignor(assignors[0], assignors),
             "generation_id": group.group_epoch,
             "leader": None,
             "num_members": len(group.members),
@@ -268,7 +275,9 @@ def run_group(
     output rows carry ``emitted_ms`` (the batch's timestamp; by default ``now_ms``)."""
     partition = partition_for(group_id, settings.config.offsets_topic_num_partitions)
     group = None if blob is None else decode_group(blob)
-    before = group_summary(group_id, group, partition) if group is not None else None
+    before = (
+        group_summary(group_id, group, partition, settings.config) if group is not None else None
+    )
     rows: list[tuple[Any, ...]] = []
     errors: list[str] = []
     warnings: list[str] = []
@@ -339,7 +348,7 @@ def run_group(
         emit(RESPONSE, jsonio.dumps(answer))
     for record in result.records:
         emit(RECORD, key=record["key"], value=record["value"])
-    after = group_summary(group_id, result.group, partition)
+    after = group_summary(group_id, result.group, partition, settings.config)
     # A load always writes the group's summary: group_state may hold a rebalance the log never
     # saw, or (Dead) a group the log no longer has.
     if loaded or (after != before and not (before is None and result.group is None)):
