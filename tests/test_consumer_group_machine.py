@@ -281,3 +281,76 @@ def test_any_heartbeat_or_describe_gets_one_answer_and_breaks_nothing(
         assert answer["error_message"], answer
         assert durable_view(ctx.c.group(GROUP)) == before
     ctx.assert_at_rest_equals_load()
+
+
+# --- the Spark job's way: one step per batch, the state a blob in between ---------------------
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    script=st.lists(
+        st.tuples(
+            st.integers(0, 2),  # which member
+            st.sampled_from(["join", "heartbeat", "leave", "revoke"]),
+            st.sampled_from([0, 1, 1_000, 20_000, 50_000]),  # time until the next request
+        ),
+        min_size=1,
+        max_size=25,
+    )
+)
+def test_steps_over_blobs_give_what_the_facade_gives(script: list[tuple[int, str, int]]) -> None:
+    """The same requests through the facade and through ``step`` with the group encoded and
+    decoded between steps (the job's state store): the same answers, the same records."""
+    from coordinator import CoordinatorConfig, GroupCoordinator, SequentialIds, step
+    from coordinator.group.snapshot import decode_group, encode_group
+    from coordinator.topics import TopicImage, TopicMetadata, topic_id_for
+
+    config = CoordinatorConfig()
+    topic = topic_id_for("foo")
+    image = TopicImage([TopicMetadata(topic, "foo", 4)])
+    facade = GroupCoordinator(config, id_source=SequentialIds())
+    facade.update_topics(image.as_list(), 0)
+    blob: bytes | None = None
+    owned: dict[int, list[int]] = {}
+    epochs: dict[int, int] = {}
+    now = 0
+    for n, (who, action, gap) in enumerate(script):
+        member_id = CLIENTS[who]
+        if action == "revoke":
+            owned[who] = owned.get(who, [])[: len(owned.get(who, [])) // 2]
+            continue
+        request: dict[str, Any] = {
+            "api": "consumer_group_heartbeat",
+            "request_id": n,
+            "group_id": GROUP,
+            "member_id": member_id,
+            "member_epoch": epochs.get(who, 0),
+            "topic_partitions": [{"topic_id": topic, "partitions": owned.get(who, [])}],
+        }
+        if action == "join":
+            request.update(
+                member_epoch=0,
+                rebalance_timeout_ms=30_000,
+                subscribed_topic_names=["foo"],
+                topic_partitions=[],
+            )
+        elif action == "leave":
+            request["member_epoch"] = -1
+        expected = facade.handle(dict(request), now)
+        facade_records = facade.drain_records()
+        group = None if blob is None else decode_group(blob)
+        result = step(group, GROUP, [dict(request)], now, config, SequentialIds(), topics=image)
+        blob = None if result.group is None else encode_group(result.group)
+        strip = lambda records: [(r["key"], r["value"]) for r in records]  # noqa: E731
+        assert result.responses == expected
+        assert strip(result.records) == strip(facade_records)
+        answer = expected[-1]
+        if answer["error"] is None and answer["member_epoch"] >= 0:
+            epochs[who] = answer["member_epoch"]
+            if answer["assignment"] is not None:
+                parts = answer["assignment"]["topic_partitions"]
+                owned[who] = parts[0]["partitions"] if parts else []
+        else:
+            epochs.pop(who, None)
+            owned.pop(who, None)
+        now += gap
