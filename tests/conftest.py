@@ -39,6 +39,7 @@ LONGEST_FIRST = (
     "test_service.py",
     "test_ownership_processes.py",
     "test_gateway_backends.py",
+    "test_gateway_consumer_protocol.py",
     "test_bench_soak.py",
     "test_metrics_job.py",
     "test_stream_job.py",
