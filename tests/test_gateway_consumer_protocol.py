@@ -284,3 +284,21 @@ def test_consumer_groups_through_the_spark_job(spark: Any, tmp_path: Any) -> Non
     finally:
         running.stop()
         job.stop()
+
+
+@pytest.mark.slow
+def test_a_regex_subscription_is_resolved_by_the_coordinator() -> None:
+    """librdkafka sends a ``^``-pattern subscription as SubscribedTopicRegex (v1); the
+    coordinator resolves it against the topics and assigns what it matches."""
+    gateway = Running(config=CONFIG, topics={"t": 6, "tother": 2, "x": 3})
+    try:
+        one = member(gateway, "kip848-regex", "re0", topics=("^t.*",))
+        try:
+            want = {("t", p) for p in range(6)} | {("tother", 0), ("tother", 1)}
+            sc.wait_for(lambda: one.assigned() == want, SETTLE_S, one.assigned)
+            group = gateway.gateway.backend.engine.group("kip848-regex")
+            assert group is not None and list(group.resolved_regexes.values()) == [("t", "tother")]
+        finally:
+            one.close()
+    finally:
+        gateway.stop()
