@@ -339,3 +339,25 @@ def test_the_replay_tool_takes_topic_lines() -> None:
         {"topic_id": FOO, "partitions": [0, 1]}
     ]
     assert engine.topics.by_name("foo") is not None  # the bad list changed nothing
+
+
+def test_a_classic_join_replaces_an_empty_consumer_group_and_keeps_its_offsets() -> None:
+    """maybeDeleteEmptyConsumerGroup: the consumer group's records are tombstoned and the join
+    creates a classic group, which keeps the committed offsets."""
+    ctx = Context(topics={"foo": 2}, group_initial_rebalance_delay_ms=0)
+    ctx.join(M1, ["foo"])
+    commit(ctx, M1, 1)
+    ctx.heartbeat(M1, -1)
+    ctx.records()
+    classic_join(ctx)
+    written = kinds(ctx.records())
+    assert written[:3] == [
+        ("target_assignment_metadata", None, True),
+        ("partition_metadata", None, True),
+        ("metadata", None, True),
+    ]
+    group = ctx.c.group(GROUP)
+    assert isinstance(group, ClassicGroup) and len(group.members) == 1
+    assert group.offsets[("foo", 0)].committed_offset == 42
+    loaded = ctx.reloaded().group(GROUP)
+    assert isinstance(loaded, ClassicGroup) and ("foo", 0) in loaded.offsets

@@ -6,9 +6,11 @@ Kafka 4.0 answers them as follows, and so does this coordinator:
   group, ``Dead`` with no error (``describeGroups`` catches ``GroupIdNotFoundException``);
 - DeleteGroups: only an Empty consumer group goes (NON_EMPTY_GROUP otherwise), with its offsets
   and every record of the group tombstoned (``createGroupTombstoneRecords``);
-- JoinGroup: Kafka lets a classic consumer join a consumer group (online migration and mixed
-  groups); this coordinator does not, and answers INCONSISTENT_GROUP_PROTOCOL, Kafka's answer
-  to a member whose protocols the group cannot take;
+- JoinGroup: to an Empty consumer group, the group is deleted (its records tombstoned, its
+  offsets kept) and the join goes to a classic group as if there had been none
+  (``maybeDeleteEmptyConsumerGroup``); to one with members, Kafka lets a classic consumer join
+  it (online migration and mixed groups), this coordinator does not: it answers
+  INCONSISTENT_GROUP_PROTOCOL, Kafka's answer to a member whose protocols the group cannot take;
 - SyncGroup, Heartbeat, LeaveGroup: no member of the group uses the classic protocol, so
   UNKNOWN_MEMBER_ID (Kafka's answer to an unknown classic member of a consumer group).
 
@@ -21,6 +23,7 @@ from typing import Any
 
 from coordinator.context import GroupContext
 from coordinator.errors import Error
+from coordinator.group import membership
 from coordinator.log import records as log
 from coordinator.modern.heartbeat import _builder, _remove_member_records
 from coordinator.modern.model import ConsumerGroup
@@ -66,6 +69,13 @@ def group_tombstones(ctx: GroupContext, group: ConsumerGroup) -> list[dict[str, 
 
 
 def join_group(ctx: GroupContext, request: Request) -> None:
+    group = ctx.consumer
+    assert group is not None
+    if group.is_empty():
+        for record in group_tombstones(ctx, group):
+            ctx.append(record)
+        membership.join_group(ctx, request)  # on the offsets' simple group, or on nothing
+        return
     member_id = request.body["member_id"]
     ctx.responses.append(
         error_response(
