@@ -143,8 +143,9 @@ class EmbeddedBackend:
         engine = await asyncio.to_thread(
             GroupCoordinator.from_records, records, self.config, wall_clock_ms(), node=self._node
         )
-        engine.update_topics(self.topics, wall_clock_ms())  # before anything else (contract)
-        engine.drain_records()  # a load writes nothing: topics gone before it are gone from it
+        # Before anything else (contract). A fresh engine knew no topics, so none is "deleted"
+        # here: offsets are deleted only when a topic leaves a list the engine already had.
+        engine.update_topics(self.topics, wall_clock_ms())
         self.engine = engine
         self._dirty = set(self._summaries) | set(self.engine.group_ids())
         if self.metrics is not None:
