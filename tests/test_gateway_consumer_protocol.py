@@ -220,22 +220,60 @@ def test_in_upstream_mode_the_coordinator_learns_the_upstreams_topics_with_their
     assert fed == [[{"name": "orders", "topic_id": uuid_from_bytes(orders.bytes), "partitions": 3}]]
 
 
+#: The job's consumer-group timing in these tests: a 20 s session (a live member is expired
+#: only by a micro-batch lag of that much), heartbeats every 2 s.
+JOB_TIMING = {
+    "group.consumer.session.timeout.ms": "20000",
+    "group.consumer.min.session.timeout.ms": "6000",
+    "group.consumer.heartbeat.interval.ms": "2000",
+    "group.consumer.min.heartbeat.interval.ms": "1000",
+}
+
+
 def _through_the_job(port: int, group: str) -> None:
-    """Two members form a group, one leaves, commits read back: through the job's back end."""
-    pair = [member_at(port, group, f"job-m{i}") for i in range(2)]
+    """Through the job's back end: two members form a group, a third joins (the others give up
+    only what moves to it), one leaves (the others only gain), one is killed and expired after
+    its session, commits read back, the admin client describes a consumer group."""
+    from confluent_kafka import ConsumerGroupType
+    from confluent_kafka.admin import AdminClient
+
+    wait = SETTLE_S * 3
+    members = [member_at(port, group, f"job-m{i}") for i in range(2)]
+    killed: sc.ProcessMember | None = None
     try:
-        sc.wait_for(lambda: sc.disjoint_cover(pair), SETTLE_S * 2, lambda: sc.shares(pair))
-        stays = pair[1]
-        mark = len(stays.events)
-        pair[0].close()
-        sc.wait_for(lambda: sc.disjoint_cover([stays]), SETTLE_S * 2, lambda: sc.shares([stays]))
-        assert revoked_since(stays, mark) == set()
+        sc.wait_for(lambda: sc.disjoint_cover(members), wait, lambda: sc.shares(members))
+        before = {m.name: m.partitions() for m in members}
+        marks = {m.name: len(m.events) for m in members}
+        members.append(member_at(port, group, "job-m2"))
+        sc.wait_for(lambda: sc.disjoint_cover(members), wait, lambda: sc.shares(members))
+        third = members[2].partitions()
+        for m in members[:2]:
+            lost = {p for _, p in revoked_since(m, marks[m.name])}
+            assert lost <= before[m.name] & third, (m.name, lost, third)
+        leaving = members.pop(0)
+        marks = {m.name: len(m.events) for m in members}
+        leaving.close()
+        sc.wait_for(lambda: sc.disjoint_cover(members), wait, lambda: sc.shares(members))
+        for m in members:
+            assert revoked_since(m, marks[m.name]) == set(), m.events
+        killed = sc.ProcessMember(CLIENT, port, group, "job-killed", 0)
+        everyone: list[sc.AnyMember] = [*members, killed]
+        sc.wait_for(lambda: sc.disjoint_cover(everyone), wait, lambda: sc.shares(everyone))
+        killed.kill()
+        sc.wait_for(lambda: sc.disjoint_cover(members), wait, lambda: sc.shares(members))
+        stays = members[0]
         stays.commit({("t", p): 7 for p in range(6)})
         assert _committed(stays, [("t", 0), ("t", 5)]) == [7, 7]
+        admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{port}", "log_level": 0})
+        [future] = admin.describe_consumer_groups([group]).values()
+        described = future.result(timeout=120)
+        assert described.type == ConsumerGroupType.CONSUMER
+        assert sorted(d.client_id for d in described.members) == ["job-m1", "job-m2"]
     finally:
-        for m in pair:
-            if m._thread.is_alive():
-                m.close()
+        if killed is not None:
+            killed.cleanup()
+        for m in members:
+            m.close()
 
 
 def _committed(m: sc.Member, tps: list[tuple[str, int]]) -> list[int]:
@@ -259,7 +297,7 @@ def test_consumer_groups_through_the_jobs_batch(tmp_path: Any) -> None:
     from tests.test_gateway_backends import LocalJobLoop
 
     warehouse = tmp_path / "wh"
-    loop = LocalJobLoop(warehouse, trigger_ms=100, topics="t:6")
+    loop = LocalJobLoop(warehouse, trigger_ms=100, topics="t:6", coordinator=JOB_TIMING)
     running = Running(backend=JobBackend(warehouse))
     try:
         _through_the_job(running.port, "kip848-job")
@@ -277,7 +315,7 @@ def test_consumer_groups_through_the_spark_job(spark: Any, tmp_path: Any) -> Non
     from tests.stream_support import RunningCoordinator
 
     warehouse = tmp_path / "wh"
-    job = RunningCoordinator(spark, warehouse, topics="t:6").start()
+    job = RunningCoordinator(spark, warehouse, topics="t:6", coordinator=JOB_TIMING).start()
     running = Running(backend=JobBackend(warehouse))
     try:
         _through_the_job(running.port, "kip848-spark")
