@@ -221,16 +221,17 @@ def test_in_upstream_mode_the_coordinator_learns_the_upstreams_topics_with_their
 
 
 #: The job's consumer-group timing in these tests: a 20 s session (a live member is expired
-#: only by a micro-batch lag of that much), heartbeats every 2 s.
+#: only by a micro-batch lag of that much), Kafka's 5 s heartbeats. Not shorter: librdkafka
+#: gives up on a heartbeat that takes longer than its interval and sends another, and an
+#: answer it gave up on that carried a new assignment is not sent again (the next one says
+#: "unchanged"), so a member whose revocation is lost so waits for its rebalance timeout.
 JOB_TIMING = {
     "group.consumer.session.timeout.ms": "20000",
     "group.consumer.min.session.timeout.ms": "6000",
-    "group.consumer.heartbeat.interval.ms": "2000",
-    "group.consumer.min.heartbeat.interval.ms": "1000",
 }
 
 
-def _through_the_job(port: int, group: str) -> None:
+def _through_the_job(port: int, group: str, warehouse: Any) -> None:
     """Through the job's back end: two members form a group, a third joins (the others give up
     only what moves to it), one leaves (the others only gain), one is killed and expired after
     its session, commits read back, the admin client describes a consumer group."""
@@ -263,7 +264,10 @@ def _through_the_job(port: int, group: str) -> None:
         sc.wait_for(lambda: sc.disjoint_cover(members), wait, lambda: sc.shares(members))
         stays = members[0]
         stays.commit({("t", p): 7 for p in range(6)})
-        assert _committed(stays, [("t", 0), ("t", 5)]) == [7, 7]
+        try:
+            assert _committed(stays, [("t", 0), ("t", 5)]) == [7, 7]
+        except Exception as exc:
+            raise AssertionError(f"{exc}: the job answered {_fetches(warehouse)}") from exc
         admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{port}", "log_level": 0})
         [future] = admin.describe_consumer_groups([group]).values()
         described = future.result(timeout=120)
@@ -274,6 +278,21 @@ def _through_the_job(port: int, group: str) -> None:
             killed.cleanup()
         for m in members:
             m.close()
+
+
+def _fetches(warehouse: Any) -> list[tuple[Any, ...]]:
+    """The job's OffsetFetch answers (to explain a failed read-back)."""
+    import json
+
+    from coordinator.stream.delta_read import read_table
+    from coordinator.stream.schema import RESPONSES, Warehouse
+
+    rows = read_table(Warehouse.at(warehouse).tables / RESPONSES).to_pylist()
+    return [
+        (r["batch_id"], r["error"], json.loads(r["body"]).get("error_message"))
+        for r in rows
+        if r["api"] == "offset_fetch"
+    ]
 
 
 def _committed(m: sc.Member, tps: list[tuple[str, int]]) -> list[int]:
@@ -300,7 +319,7 @@ def test_consumer_groups_through_the_jobs_batch(tmp_path: Any) -> None:
     loop = LocalJobLoop(warehouse, trigger_ms=100, topics="t:6", coordinator=JOB_TIMING)
     running = Running(backend=JobBackend(warehouse))
     try:
-        _through_the_job(running.port, "kip848-job")
+        _through_the_job(running.port, "kip848-job", warehouse)
     finally:
         running.stop()
         loop.stop()
@@ -318,7 +337,7 @@ def test_consumer_groups_through_the_spark_job(spark: Any, tmp_path: Any) -> Non
     job = RunningCoordinator(spark, warehouse, topics="t:6", coordinator=JOB_TIMING).start()
     running = Running(backend=JobBackend(warehouse))
     try:
-        _through_the_job(running.port, "kip848-spark")
+        _through_the_job(running.port, "kip848-spark", warehouse)
     finally:
         running.stop()
         job.stop()
