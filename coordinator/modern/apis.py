@@ -25,7 +25,7 @@ from coordinator.context import GroupContext
 from coordinator.errors import Error
 from coordinator.group import membership
 from coordinator.log import records as log
-from coordinator.modern.heartbeat import _builder, _remove_member_records
+from coordinator.modern.heartbeat import record_builder, remove_member_records
 from coordinator.modern.model import ConsumerGroup
 from coordinator.requests import Request, error_response, failed_join_fields
 
@@ -56,10 +56,10 @@ def delete_group(ctx: GroupContext, request: Request) -> None:
 
 def group_tombstones(ctx: GroupContext, group: ConsumerGroup) -> list[dict[str, Any]]:
     """Kafka's ``ConsumerGroup.createGroupTombstoneRecords`` (the regular expressions too)."""
-    build = _builder(ctx)
+    build = record_builder(ctx)
     records: list[dict[str, Any]] = []
     for member_id in group.members:
-        records.extend(_remove_member_records(build, member_id))
+        records.extend(remove_member_records(build, member_id))
     for regex in sorted(group.resolved_regexes):
         records.append(build.regular_expression_tombstone(regex))
     records.append(build.target_assignment_epoch_tombstone())

@@ -168,7 +168,7 @@ def heartbeat(ctx: GroupContext, request: Request) -> None:
     ctx.respond(HEARTBEAT_API, request.request_id, **answer)
 
 
-def _builder(ctx: GroupContext) -> RecordBuilder:
+def record_builder(ctx: GroupContext) -> RecordBuilder:
     return RecordBuilder(ctx.group_id, ctx.now_ms, log.BLANK_RECORD)
 
 
@@ -302,8 +302,8 @@ def _member(
                 f"group because the instance id is owned by {existing.member_id} member.",
             )
         replacement = existing.replace(member_id=member_id, member_epoch=0, previous_member_epoch=0)
-        build = _builder(ctx)
-        records.extend(_remove_member_records(build, existing.member_id))
+        build = record_builder(ctx)
+        records.extend(remove_member_records(build, existing.member_id))
         records.append(build.member_subscription(replacement))
         records.append(
             build.target_assignment(
@@ -365,7 +365,7 @@ def _heartbeat(
         client_id=body["client_id"],
         client_host=body["client_host"],
     )
-    build = _builder(ctx)
+    build = record_builder(ctx)
     bump = False
     if updated != member:
         records.append(build.member_subscription(updated))
@@ -486,7 +486,7 @@ def _resolve_regexes(
         counts[leaving.regex] = counts.get(leaving.regex, 0) - 1
     if joining is not None and joining.regex is not None:
         counts[joining.regex] = counts.get(joining.regex, 0) + 1
-    build = _builder(ctx)
+    build = record_builder(ctx)
     resolved: dict[str, tuple[str, ...]] = {}
     changed = False
     for regex in sorted(set(counts) | set(group.resolved_regexes)):
@@ -590,7 +590,7 @@ def compute_assignment(
             Error.UNKNOWN_SERVER_ERROR,
             f"Failed to compute a new target assignment for epoch {group_epoch}: {exc}",
         ) from None
-    build = _builder(ctx)
+    build = record_builder(ctx)
     for spec in specs:
         new = result.get(spec.member_id, EMPTY_ASSIGNMENT)
         if group.target_assignment.get(spec.member_id) != new:
@@ -602,7 +602,7 @@ def compute_assignment(
 # --- leaving and fencing ----------------------------------------------------------------------
 
 
-def _remove_member_records(build: RecordBuilder, member_id: str) -> list[dict[str, Any]]:
+def remove_member_records(build: RecordBuilder, member_id: str) -> list[dict[str, Any]]:
     """Kafka's ``removeMember``: the tombstones of a member, in the order the replay needs."""
     return [
         build.current_assignment_tombstone(member_id),
@@ -647,7 +647,7 @@ def _leave(
         leaving = member.replace(
             member_epoch=LEAVE_GROUP_STATIC_MEMBER_EPOCH, partitions_pending_revocation={}
         )
-        records.append(_builder(ctx).current_assignment(leaving))
+        records.append(record_builder(ctx).current_assignment(leaving))
         answer["member_id"] = member.member_id
         answer["member_epoch"] = LEAVE_GROUP_STATIC_MEMBER_EPOCH
         return answer, [lambda: ctx.cancel(rebalance_key(member.member_id))]
@@ -662,8 +662,8 @@ def fence_records(
 ) -> list[Any]:
     """Kafka's ``consumerGroupFenceMember``: the member's tombstones, the subscription metadata
     without it, a new group epoch; returns the actions that cancel its timers."""
-    build = _builder(ctx)
-    records.extend(_remove_member_records(build, member.member_id))
+    build = record_builder(ctx)
+    records.extend(remove_member_records(build, member.member_id))
     resolved, _ = _resolve_regexes(ctx, group, member, None, records)
     counts = dict(group.subscribed_topic_counts)
     for name in member.subscribed_topic_names:
