@@ -254,6 +254,29 @@ def test_group_apis_need_read_on_the_group(gateway):
     assert join(admin, "anything") == 0  # a super user
 
 
+def test_consumer_group_apis_need_read_and_describe_on_the_group(gateway):
+    """ConsumerGroupHeartbeat: READ on the group; ConsumerGroupDescribe: DESCRIBE per group."""
+    alice = login(gateway.port, "alice")
+    heartbeat = {**REQUESTS[codec.CONSUMER_GROUP_HEARTBEAT], "group_id": "cg1"}
+    denied = alice.call(codec.CONSUMER_GROUP_HEARTBEAT, 1, heartbeat)
+    assert denied["error_code"] == errors.GROUP_AUTHORIZATION_FAILED
+    describe = {"group_ids": ["cg1", "cg2"], "include_authorized_operations": True}
+    answer = alice.call(codec.CONSUMER_GROUP_DESCRIBE, 1, describe)
+    assert [g["error_code"] for g in answer["groups"]] == [errors.GROUP_AUTHORIZATION_FAILED] * 2
+    allow(
+        gateway.port,
+        (G, "cg1", LIT, "User:alice", Operation.READ),
+        (G, "cg1", LIT, "User:alice", Operation.DESCRIBE),
+    )
+    joined = alice.call(codec.CONSUMER_GROUP_HEARTBEAT, 1, heartbeat)
+    assert (joined["error_code"], joined["member_epoch"]) == (0, 1), joined
+    answer = alice.call(codec.CONSUMER_GROUP_DESCRIBE, 1, describe)
+    ok, refused = answer["groups"]
+    assert ok["error_code"] == 0 and ok["group_state"] == "Stable"
+    assert ok["authorized_operations"] != -(2**31)
+    assert refused["error_code"] == errors.GROUP_AUTHORIZATION_FAILED
+
+
 def test_deny_wins_and_prefixed_patterns(gateway):
     allow(
         gateway.port,

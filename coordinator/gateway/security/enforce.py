@@ -14,6 +14,9 @@ Per API (the group's operation first; a partial answer where Kafka gives one):
 - ListGroups: every group with DESCRIBE on the cluster, else the groups with DESCRIBE.
 - DeleteGroups: DELETE per group.
 - FindCoordinator: DESCRIBE on the group (on the transactional id for a transaction).
+- ConsumerGroupHeartbeat: READ on the group, else GROUP_AUTHORIZATION_FAILED.
+- ConsumerGroupDescribe: DESCRIBE per group (else GROUP_AUTHORIZATION_FAILED for it);
+  ``authorized_operations`` from the ACLs.
 - Metadata: only topics with DESCRIBE: left out of "all topics", TOPIC_AUTHORIZATION_FAILED when
   named.
 - Fetch: READ per topic; ListOffsets: DESCRIBE per topic; Produce: WRITE per topic
@@ -404,6 +407,57 @@ async def list_offsets(session: Session, v: int, body: dict[str, Any], call: Cal
     return await _per_topic(session, codec.LIST_OFFSETS, DESCRIBE, body, "topics", "topics", call)
 
 
+async def consumer_group_heartbeat(
+    session: Session, v: int, body: dict[str, Any], call: Call
+) -> Any:
+    if session.authorize(READ, GROUP, body["group_id"]):
+        return await call(body)
+    return {
+        "throttle_time": 0,
+        "error_code": GROUP_DENIED,
+        "error_message": errors.MESSAGES[GROUP_DENIED],
+        "member_id": None,
+        "member_epoch": 0,
+        "heartbeat_interval": 0,
+        "assignment": None,
+    }
+
+
+async def consumer_group_describe(
+    session: Session, v: int, body: dict[str, Any], call: Call
+) -> Any:
+    allowed = [g for g in body["group_ids"] if session.authorize(DESCRIBE, GROUP, g)]
+    described = {}
+    if allowed:
+        answer = await call({**body, "group_ids": allowed})
+        described = {g["group_id"]: g for g in answer["groups"]}
+    groups = []
+    for group_id in body["group_ids"]:
+        group = described.get(group_id)
+        if group is None:
+            groups.append(
+                {
+                    "error_code": GROUP_DENIED,
+                    "error_message": errors.MESSAGES[GROUP_DENIED],
+                    "group_id": group_id,
+                    "group_state": "",
+                    "group_epoch": 0,
+                    "assignment_epoch": 0,
+                    "assignor_name": "",
+                    "members": [],
+                    "authorized_operations": apis.INT32_MIN,
+                }
+            )
+            continue
+        if body.get("include_authorized_operations") and group["error_code"] == 0:
+            group = {
+                **group,
+                "authorized_operations": session.authorized_operations(GROUP, group_id),
+            }
+        groups.append(group)
+    return {"throttle_time": 0, "groups": groups}
+
+
 Check = Callable[[Session, int, dict[str, Any], Call], Awaitable[Any]]
 
 CHECKS: dict[int, Check] = {
@@ -422,4 +476,6 @@ CHECKS: dict[int, Check] = {
     codec.PRODUCE: produce,
     codec.FETCH: fetch,
     codec.LIST_OFFSETS: list_offsets,
+    codec.CONSUMER_GROUP_HEARTBEAT: consumer_group_heartbeat,
+    codec.CONSUMER_GROUP_DESCRIBE: consumer_group_describe,
 }
