@@ -119,3 +119,13 @@ def test_a_consumer_groups_blob_round_trips_exactly() -> None:
     assert again == group
     assert durable_view(again) == durable_view(group)
     assert encode_group(again) == encode_group(group)
+
+
+def test_conf_coordinator_properties_lists_kafkas_defaults_consumer_groups_included() -> None:
+    from coordinator.stream.settings import CONF_DIR
+
+    settings = load_settings([])
+    assert settings.coordinator == CoordinatorConfig()
+    text = (CONF_DIR / "coordinator.properties").read_text()
+    assert "group.consumer.session.timeout.ms=45000" in text
+    assert "group.consumer.assignors=uniform,range" in text
