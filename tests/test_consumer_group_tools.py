@@ -5,6 +5,7 @@ members, their assignments (from its records) and its assignor."""
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 from typing import Any
 
@@ -80,3 +81,10 @@ def test_coordinator_groups_describes_a_consumer_group(
     assert main([*args, "--state"]) == 0
     state = capsys.readouterr().out
     assert "range" in state and "Stable" in state, state
+    # history: the group epochs as generations, Assigning/Reconciling as the rebalancing states
+    # (summaries written within one summary interval of each other may show as one).
+    history = ["groups", "--warehouse", str(warehouse), "history", "--group", "cg"]
+    assert main([*history, "--output", "json"]) == 0
+    rebalances = json.loads(capsys.readouterr().out)["rebalances"]
+    assert rebalances[-1]["generation_id"] == 2 and rebalances[-1]["outcome"] == "Stable"
+    assert sorted(m for r in rebalances for m in r["joined"]) == sorted([M1, M2])

@@ -31,6 +31,10 @@ Row = Mapping[str, Any]
 
 PREPARING = "PreparingRebalance"
 COMPLETING = "CompletingRebalance"
+#: A consumer group's (KIP-848) states between a new group epoch and every member reconciled.
+ASSIGNING = "Assigning"
+RECONCILING = "Reconciling"
+REBALANCING = (PREPARING, COMPLETING, ASSIGNING, RECONCILING)
 AT_REST = ("Stable", "Empty")
 DEAD = "Dead"
 
@@ -247,8 +251,10 @@ def _rebalance(
 def rebalances(history_rows: Iterable[Row]) -> list[dict[str, Any]]:
     """Every rebalance of every group, from ``group_history`` rows in batch order.
 
-    A rebalance starts when the group leaves a state at rest (or first appears rebalancing)
-    and ends when it is at rest again (Stable, or Empty once every member is gone) or Dead; one
+    A rebalance starts when the group leaves a state at rest (or first appears rebalancing:
+    PreparingRebalance or CompletingRebalance, Assigning or Reconciling for a consumer group,
+    whose generation is its group epoch) and ends when it is at rest again (Stable, or Empty
+    once every member is gone) or Dead; one
     still under way has no end. A rebalance that began and ended within one micro-batch shows
     only as a new generation at rest: it is reported with a zero duration, at the batch's
     time. ``reason`` is the coordinator's reason for starting it (the first one given)."""
@@ -260,7 +266,7 @@ def rebalances(history_rows: Iterable[Row]) -> list[dict[str, Any]]:
         reason: str | None = None
         for row in rows:
             state = row["state"]
-            if state in (PREPARING, COMPLETING):
+            if state in REBALANCING:
                 if start is None:
                     start, reason = row, row.get("rebalance_reason")
                 latest = row
