@@ -61,15 +61,28 @@ def fresh_shell_env() -> dict[str, str]:
     return env
 
 
+#: Runs a command with SIGINT and SIGQUIT at their defaults. A test run started in the
+#: background by a non-interactive shell (``make test &`` in a script, a CI runner) inherits
+#: them ignored, as POSIX has it, and so does every process it starts; a JVM leaves an
+#: ignored SIGINT ignored (it refuses a handler for it), so spark-submit would never see the
+#: SIGINT the test sends, as an operator's terminal never would. A shell cannot reset a signal
+#: ignored on entry; Python can, and exec keeps the default.
+DEFAULT_SIGNALS = (
+    "import os, signal, sys; "
+    "signal.signal(signal.SIGINT, signal.SIG_DFL); signal.signal(signal.SIGQUIT, signal.SIG_DFL); "
+    "os.execvp(sys.argv[1], sys.argv[1:])"
+)
+
+
 class Service:
     """A command in a session of its own (so that nothing of it outlives the test), its output
-    in a file."""
+    in a file, its signals at their defaults (:data:`DEFAULT_SIGNALS`)."""
 
     def __init__(self, command: list[str], log: Path, env: dict[str, str] | None = None) -> None:
         self.log = log
         with log.open("wb") as out:
             self.process = subprocess.Popen(
-                command,
+                [sys.executable, "-c", DEFAULT_SIGNALS, *command],
                 cwd=REPO,
                 stdout=out,
                 stderr=subprocess.STDOUT,

@@ -579,12 +579,13 @@ def test_the_tws_operator_forms_a_group_and_expires_a_silent_member(spark: Any, 
     pytest.importorskip("google.protobuf")
     c = TwsCoordinator(spark, tmp_path / "warehouse", state_store="rocksdb").start()
     try:
-        # Both outlast slow batches (a loaded box; this operator's first batch takes 10 s or
-        # more) until the group is formed; then the second member's session is 5 s (its second
-        # join sets it) and it never heartbeats.
-        first = c.requests([json.loads(join(f"j{i}", session_ms=60_000)) for i in range(2)])
+        # Both outlast slow batches until the group is formed (this operator's first batch
+        # takes 10 s or more, and on a box running ten times more work than it has cores a
+        # pending member's 60 s ran out before its second join was served); then the second
+        # member's session is 5 s (its second join sets it) and it never heartbeats.
+        first = c.requests([json.loads(join(f"j{i}", session_ms=300_000)) for i in range(2)])
         ids = [a["member_id"] for a in first]
-        sessions = [60_000, 5_000]
+        sessions = [300_000, 5_000]
         joined = c.requests(
             [
                 json.loads(join(f"k{i}", m, session_ms=s))

@@ -694,7 +694,13 @@ class StopSignals:
             try:
                 previous = jvm.sun.misc.Signal.handle(jvm.sun.misc.Signal(name), self._jvm_handler)
             except Exception as error:  # a JVM without sun.misc, or a signal it keeps
-                log.debug("the JVM's SIG%s stays its own: %s", name, error)
+                # Mostly SIGINT ignored since the start (a job started in the background by a
+                # script inherits it ignored, and the JVM keeps it so): say what stops it then.
+                log.info(
+                    "SIG%s will not stop this job (the JVM keeps its own disposition: %s)",
+                    name,
+                    str(error).splitlines()[0][:200],
+                )
                 continue
             self._jvm_previous[name] = previous
 
