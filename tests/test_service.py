@@ -29,12 +29,9 @@ REPO = Path(__file__).resolve().parent.parent
 #: What a clean run never prints.
 UNCLEAN = ("Traceback", "terminate called", "ERROR", "Exception")
 STARTUP_TIMEOUT_S = 300.0
-#: How long a stopping process may take to exit before the test calls it hung. The job bounds
-#: its own stop (job.shutdown.timeout.ms, 30 s: past it, it exits 1, "did not stop within",
-#: which the tests' ``status == 0`` catches); what follows (the interpreter's exit, then the
-#: JVM's shutdown hooks under spark-submit) is not ours to bound, and on a box running ten
-#: times more work than it has cores it took over 90 s.
-STOP_TIMEOUT_S = 300.0
+#: The job's own bound on a stop (job.shutdown.timeout.ms, 30 s: past it, it exits 1, which
+#: ``status == 0`` catches), plus the process's exit and the JVM's on a loaded box.
+STOP_TIMEOUT_S = 90.0
 
 
 def unclean(text: str) -> list[str]:
