@@ -57,6 +57,7 @@ from coordinator.config import CoordinatorConfig
 from coordinator.context import GroupContext
 from coordinator.engine import CoordinatorNode, find_coordinator_response, on_loaded
 from coordinator.errors import Error
+from coordinator.group.model import ClassicGroup
 from coordinator.group.snapshot import decode_group, encode_group
 from coordinator.ids import KeyedIds
 from coordinator.log.partitioning import partition_for
@@ -274,9 +275,8 @@ def run_group(
     """Step one group id over its lines (in their order key's order) up to ``now_ms``; the
     output rows carry ``emitted_ms`` (the batch's timestamp; by default ``now_ms``)."""
     partition = partition_for(group_id, settings.config.offsets_topic_num_partitions)
-    group = None if blob is None else decode_group(blob)
-    before = (
-        group_summary(group_id, group, partition, settings.config) if group is not None else None
+    group, before = (
+        (None, None) if blob is None else DECODED.take(blob, group_id, partition, settings.config)
     )
     rows: list[tuple[Any, ...]] = []
     errors: list[str] = []
@@ -353,9 +353,59 @@ def run_group(
     # saw, or (Dead) a group the log no longer has.
     if loaded or (after != before and not (before is None and result.group is None)):
         emit(GROUP, jsonio.dumps(after))
-    new_blob = None if result.group is None else encode_group(result.group)
+    new_blob = None
+    if result.group is not None:
+        new_blob = encode_group(result.group)
+        DECODED.keep(new_blob, result.group, after)  # the group is not touched after this
     errors.extend(result.internal_errors)
     return GroupOutcome(new_blob, result.next_deadline_ms, rows, errors, warnings)
+
+
+class DecodedGroups:
+    """The groups this Python worker last encoded, by their snapshot blob, so that the next
+    batch of a group steps the very object the previous one left instead of decoding its blob.
+
+    Sound because a classic group's blob determines it: ``decode_group(encode_group(g)) == g``,
+    timers, heap and dict orders included (:mod:`coordinator.group.snapshot`), so stepping the
+    cached object or the blob's decoded copy gives the same outputs and the same next blob.
+    Only classic groups are kept (a consumer group's blob is the records that rebuild it, and is
+    always decoded). The key is
+    the blob's bytes, never the group id: a retried task, a batch re-run from an older state or
+    a worker reused by another query hands over a blob that matches only if it is exactly the
+    one the cached object was encoded to, and decodes anything else. An entry is taken out when
+    used (the step mutates the group), so no object is ever stepped twice; a step that fails
+    leaves nothing behind. At most ``limit`` entries are kept, the oldest dropped first."""
+
+    def __init__(self, limit: int = 4096) -> None:
+        self.limit = limit
+        self._groups: dict[bytes, tuple[ClassicGroup, dict[str, Any]]] = {}
+
+    def take(
+        self, blob: bytes, group_id: str, partition: int, config: CoordinatorConfig
+    ) -> tuple[Group, dict[str, Any]]:
+        """The blob's group and its :func:`group_summary` (the caller then owns the group)."""
+        cached = self._groups.pop(blob, None)
+        if cached is not None and cached[1]["group_id"] == group_id:
+            return cached
+        group = decode_group(blob)
+        return group, group_summary(group_id, group, partition, config)
+
+    def keep(self, blob: bytes, group: Group, summary: dict[str, Any]) -> None:
+        """Remember a classic ``group`` (and its summary) as the decoding of ``blob``; the caller
+        must not change either afterwards."""
+        if not isinstance(group, ClassicGroup):
+            return
+        groups = self._groups
+        if len(groups) >= self.limit:
+            del groups[next(iter(groups))]
+        groups[blob] = (group, summary)
+
+    def clear(self) -> None:
+        self._groups.clear()
+
+
+#: Per Python worker (a module global: Spark reuses its Python workers between tasks).
+DECODED = DecodedGroups()
 
 
 # --- loads: a group from the log ---------------------------------------------------------------
