@@ -136,6 +136,9 @@ class _Out:
         self._last_seq = 0
 
     def uint(self, n: int) -> None:
+        if 0 <= n <= 0x7F:  # most counts, codes and deltas: one byte, no checks
+            self.buf.append(n)
+            return
         if n < 0 or n.bit_length() > _MAX_VARINT_BITS:
             raise ValueError(f"integer out of a snapshot's range ({n.bit_length()} bits)")
         buf = self.buf
@@ -145,7 +148,11 @@ class _Out:
         buf.append(n)
 
     def sint(self, n: int) -> None:
-        self.uint(n << 1 if n >= 0 else ((-n) << 1) - 1)
+        zigzag = n << 1 if n >= 0 else ((-n) << 1) - 1
+        if zigzag <= 0x7F:
+            self.buf.append(zigzag)
+        else:
+            self.uint(zigzag)
 
     def opt_sint(self, n: int | None) -> None:
         if n is None:
@@ -175,7 +182,11 @@ class _Out:
         texts = self._texts
         index = texts.get(s)
         if index is not None:
-            self.uint((index << 1) | 1)
+            header = (index << 1) | 1
+            if header <= 0x7F:
+                self.buf.append(header)
+            else:
+                self.uint(header)
             return
         cut = s.find("-") + 1
         if 0 < cut < len(s) and s[cut:] in texts:  # "heartbeat-" + a member id seen before
