@@ -282,6 +282,10 @@ API_FIELDS: dict[str, Spec] = {
 
 def parse(raw: Any) -> Request:
     """Validate one request dict. Raises :class:`BadRequest`; never anything else."""
+    if type(raw) is dict and raw.get("api") == "heartbeat":
+        request = _plain_heartbeat(raw)
+        if request is not None:
+            return request
     if not isinstance(raw, dict):
         raise BadRequest(Error.INVALID_REQUEST, f"a request must be an object, got {_show(raw)}")
     api = raw.get("api")
@@ -323,6 +327,31 @@ def parse(raw: Any) -> Request:
     request = Request(api, request_id, group_id, int(version), body)
     _VERSIONED[api](request)
     return request
+
+
+def _plain_heartbeat(raw: dict[str, Any]) -> Request | None:
+    """The commonest request, read without the general field readers: a heartbeat of the
+    newest version with ASCII ids, a plain int generation and no instance id. Returns exactly
+    the Request :func:`parse` builds for it, or None for anything else (which :func:`parse`
+    then reads in full, so every error and its message stay the same)."""
+    request_id = raw.get("request_id")
+    group_id = raw.get("group_id")
+    member_id = raw.get("member_id")
+    generation = raw.get("generation_id")
+    if (
+        raw.get("api_version") is None
+        and raw.get("group_instance_id") is None
+        and (type(request_id) is int or (type(request_id) is str and request_id.isascii()))
+        and type(group_id) is str
+        and group_id.isascii()
+        and type(member_id) is str
+        and member_id.isascii()
+        and type(generation) is int
+        and INT32_MIN <= generation <= INT32_MAX
+    ):
+        body = {"member_id": member_id, "group_instance_id": None, "generation_id": generation}
+        return Request("heartbeat", request_id, group_id, MAX_API_VERSION["heartbeat"], body)
+    return None
 
 
 # --- behaviour Kafka ties to versions -----------------------------------------------------------

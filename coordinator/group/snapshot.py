@@ -553,15 +553,65 @@ def _write_group(out: _Out, group: ClassicGroup) -> None:
         out.text(topic)
         out.sint(partition)
         _write_offset(out, offset)
+    # Timers and the heap are most of a busy group's blob and rewritten on every heartbeat:
+    # ``_write_timer``, ``out.text(key)`` and ``out.time`` / ``out.seq`` inlined for the
+    # commonest cases (one-byte references, deltas and zigzags); the bytes are the same.
+    buf = out.buf
+    texts = out._texts
+    last_time = out._last_time
+    last_seq = out._last_seq
     out.uint(len(group.timers))
     for key, timer in group.timers.items():
-        out.text(key)
-        _write_timer(out, timer)
+        index = texts.get(key)
+        if index is not None and index <= 0x3F:
+            buf.append((index << 1) | 1)
+        else:
+            out.text(key)
+        delta = timer.deadline_ms - last_time
+        zigzag = delta << 1 if delta >= 0 else ((-delta) << 1) - 1
+        if zigzag <= 0x7F:
+            buf.append(zigzag)
+        else:
+            out.uint(zigzag)
+        last_time = timer.deadline_ms
+        delta = timer.seq - last_seq
+        zigzag = delta << 1 if delta >= 0 else ((-delta) << 1) - 1
+        if zigzag <= 0x7F:
+            buf.append(zigzag)
+        else:
+            out.uint(zigzag)
+        last_seq = timer.seq
+        out.text(timer.kind)
+        payload = timer.payload
+        index = texts.get(payload) if type(payload) is str else None
+        if index is not None and index <= 0x3F:
+            buf.append(_V_STR)
+            buf.append((index << 1) | 1)
+        else:
+            out.value(payload)
     out.uint(len(group.timer_heap))
     for deadline_ms, seq, key in group.timer_heap:
-        out.time(deadline_ms)
-        out.seq(seq)
-        out.text(key)
+        delta = deadline_ms - last_time
+        zigzag = delta << 1 if delta >= 0 else ((-delta) << 1) - 1
+        if zigzag <= 0x7F:
+            buf.append(zigzag)
+        else:
+            out.uint(zigzag)
+        last_time = deadline_ms
+        delta = seq - last_seq
+        zigzag = delta << 1 if delta >= 0 else ((-delta) << 1) - 1
+        if zigzag <= 0x7F:
+            buf.append(zigzag)
+        else:
+            out.uint(zigzag)
+        last_seq = seq
+        index = texts.get(key)
+        if index is not None and index <= 0x3F:
+            buf.append((index << 1) | 1)
+        else:
+            out.text(key)
+    out._last_time = last_time
+    out._last_seq = last_seq
     out.seq(group.timer_seq)
     # Version 2.
     out.opt_text(group.rebalance_reason)

@@ -546,7 +546,12 @@ def _read_line(line: InboxLine, emit: Any, max_bytes: int) -> dict[str, Any] | N
     if not line.valid_utf8:
         _refuse(line, emit, raw, NOT_UTF8)
         return None
-    if _SURROGATE.search(value) and not _storable(raw):
+    # Only a line with a non-ASCII character or a "\\u" escape can hold a surrogate.
+    if (
+        (not value.isascii() or "\\u" in value)
+        and _SURROGATE.search(value)
+        and not _storable(raw)
+    ):
         reason = "a string holds a lone surrogate (\\ud800-\\udfff escaped alone): not Unicode"
         _refuse(line, emit, raw, reason)
         return None
