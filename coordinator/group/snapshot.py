@@ -434,25 +434,55 @@ def _read_parked_v1(inp: _In) -> ParkedRequest:
 
 
 def _write_member(out: _Out, member: Member) -> None:
+    # Written on every step of the group: a text already in the blob (a client id, a protocol,
+    # the metadata members share) is a one-byte reference, appended here without a call.
+    buf = out.buf
+    texts = out._texts
     out.text(member.member_id)
-    out.opt_text(member.group_instance_id)
-    out.text(member.client_id)
-    out.text(member.client_host)
+    if member.group_instance_id is None:
+        buf.append(0)
+    else:
+        out.text(member.group_instance_id)
+    for text in (member.client_id, member.client_host):
+        index = texts.get(text)
+        if index is not None and index <= 0x3F:
+            buf.append((index << 1) | 1)
+        else:
+            out.text(text)
     out.sint(member.rebalance_timeout_ms)
     out.sint(member.session_timeout_ms)
-    out.text(member.protocol_type)
+    index = texts.get(member.protocol_type)
+    if index is not None and index <= 0x3F:
+        buf.append((index << 1) | 1)
+    else:
+        out.text(member.protocol_type)
     out.uint(len(member.protocols))
+    blobs = out._blobs
     for name, metadata in member.protocols:
-        out.text(name)
-        out.blob(metadata)
+        index = texts.get(name)
+        if index is not None and index <= 0x3F:
+            buf.append((index << 1) | 1)
+        else:
+            out.text(name)
+        index = blobs.get(metadata)
+        if index is not None and index <= 0x3F:
+            buf.append((index << 1) | 1)
+        else:
+            out.blob(metadata)
     out.blob(member.assignment)
-    out.flag(member.is_new)
-    out.uint(len(member.awaiting_join))
-    for parked in member.awaiting_join:
-        _write_parked(out, parked)
-    out.uint(len(member.awaiting_sync))
-    for parked in member.awaiting_sync:
-        _write_parked(out, parked)
+    buf.append(1 if member.is_new else 0)
+    if member.awaiting_join:
+        out.uint(len(member.awaiting_join))
+        for parked in member.awaiting_join:
+            _write_parked(out, parked)
+    else:
+        buf.append(0)
+    if member.awaiting_sync:
+        out.uint(len(member.awaiting_sync))
+        for parked in member.awaiting_sync:
+            _write_parked(out, parked)
+    else:
+        buf.append(0)
 
 
 def _read_member_v1(inp: _In) -> Member:
