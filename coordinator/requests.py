@@ -286,6 +286,11 @@ def parse(raw: Any) -> Request:
         request = _plain_heartbeat(raw)
         if request is not None:
             return request
+    return parse_in_full(raw)
+
+
+def parse_in_full(raw: Any) -> Request:
+    """:func:`parse` through the general field readers only (what its fast path must match)."""
     if not isinstance(raw, dict):
         raise BadRequest(Error.INVALID_REQUEST, f"a request must be an object, got {_show(raw)}")
     api = raw.get("api")
