@@ -379,6 +379,8 @@ class DecodedGroups:
     def __init__(self, limit: int = 4096) -> None:
         self.limit = limit
         self._groups: dict[bytes, tuple[ClassicGroup, dict[str, Any]]] = {}
+        #: How many groups were taken from here rather than decoded.
+        self.hits = 0
 
     def take(
         self, blob: bytes, group_id: str, partition: int, config: CoordinatorConfig
@@ -386,6 +388,7 @@ class DecodedGroups:
         """The blob's group and its :func:`group_summary` (the caller then owns the group)."""
         cached = self._groups.pop(blob, None)
         if cached is not None and cached[1]["group_id"] == group_id:
+            self.hits += 1
             return cached
         group = decode_group(blob)
         return group, group_summary(group_id, group, partition, config)
@@ -396,9 +399,10 @@ class DecodedGroups:
         if not isinstance(group, ClassicGroup):
             return
         groups = self._groups
-        if len(groups) >= self.limit:
+        while groups and len(groups) >= self.limit:
             del groups[next(iter(groups))]
-        groups[blob] = (group, summary)
+        if self.limit > 0:
+            groups[blob] = (group, summary)
 
     def clear(self) -> None:
         self._groups.clear()
@@ -547,11 +551,7 @@ def _read_line(line: InboxLine, emit: Any, max_bytes: int) -> dict[str, Any] | N
         _refuse(line, emit, raw, NOT_UTF8)
         return None
     # Only a line with a non-ASCII character or a "\\u" escape can hold a surrogate.
-    if (
-        (not value.isascii() or "\\u" in value)
-        and _SURROGATE.search(value)
-        and not _storable(raw)
-    ):
+    if (not value.isascii() or "\\u" in value) and _SURROGATE.search(value) and not _storable(raw):
         reason = "a string holds a lone surrogate (\\ud800-\\udfff escaped alone): not Unicode"
         _refuse(line, emit, raw, reason)
         return None
