@@ -1,0 +1,320 @@
+"""The state function's fast paths change nothing: a Python worker that steps the group object
+it encoded last batch, and the plain-heartbeat reader, give exactly the outputs (responses,
+records, summaries, rejections), state blobs and deadlines of decoding every blob and reading
+every request with the general field readers, over random request sequences."""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from coordinator import jsonio, requests
+from coordinator.config import CoordinatorConfig
+from coordinator.group.snapshot import decode_group
+from coordinator.requests import BadRequest, parse, parse_in_full
+from coordinator.stream import operator as op
+
+SETTINGS = op.OperatorSettings(
+    CoordinatorConfig(
+        group_initial_rebalance_delay_ms=50,
+        group_min_session_timeout_ms=10,
+        offsets_retention_check_interval_ms=5_000,
+        offsets_retention_minutes=1,
+    ),
+    b"s" * 32,
+)
+GROUPS = ("g", "h\u00e9")
+
+# -- the plain-heartbeat reader ------------------------------------------------------------------
+
+ids = st.one_of(
+    st.text(max_size=6),
+    st.sampled_from(["m-1", "", "\ud800", "\u00e9"]),
+    st.integers(-3, 3),
+    st.booleans(),
+    st.none(),
+    st.floats(allow_nan=False),
+    st.lists(st.integers(), max_size=2),
+)
+numbers = st.one_of(
+    st.integers(-(2**31) - 1, 2**31),
+    st.sampled_from([-(2**31), 2**31 - 1, 2**31, -(2**31) - 1, 2**63]),
+    st.booleans(),
+    st.none(),
+    st.floats(allow_nan=False),
+    st.text(max_size=2),
+)
+
+
+@settings(max_examples=300)
+@given(
+    fields=st.fixed_dictionaries(
+        {},
+        optional={
+            "request_id": ids,
+            "group_id": ids,
+            "member_id": ids,
+            "generation_id": numbers,
+            "group_instance_id": ids,
+            "api_version": numbers,
+            "extra": ids,
+        },
+    )
+)
+def test_a_heartbeat_reads_as_the_general_readers_read_it(fields: dict[str, Any]) -> None:
+    raw = {"api": "heartbeat", **fields}
+    try:
+        expected: Request | BadRequest = parse_in_full(dict(raw))
+    except BadRequest as problem:
+        expected = problem
+    try:
+        got: Request | BadRequest = parse(dict(raw))
+    except BadRequest as problem:
+        got = problem
+    if isinstance(expected, BadRequest):
+        assert isinstance(got, BadRequest)
+        assert (got.error, got.message) == (expected.error, expected.message)
+    else:
+        assert got == expected
+        assert list(got.body) == list(expected.body)  # the same field order too
+
+
+Request = requests.Request
+
+
+# -- JSON lines ----------------------------------------------------------------------------------
+
+json_values = st.recursive(
+    st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(),
+        st.floats(),
+        st.text(),
+        st.binary(max_size=8),
+        st.frozensets(st.integers(), max_size=3),
+    ),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner),
+    max_leaves=8,
+)
+
+
+@given(value=json_values)
+def test_one_encoder_writes_what_json_dumps_wrote(value: Any) -> None:
+    expected = json.dumps(value, default=jsonio._default, separators=(",", ":"), ensure_ascii=False)
+    assert jsonio.dumps(value) == expected
+
+
+# -- the state function over random request sequences --------------------------------------------
+
+
+GAPS = [0, 1, 60, 400, 1_200, 4_000, 12_000]
+KINDS = ["join", "heartbeat", "heartbeat", "heartbeat", "odd heartbeat", "odd heartbeat"]
+KINDS += ["sync", "leave", "commit", "describe"]
+
+
+def _members(state: dict[str, tuple[int | None, bytes]], group_id: str) -> list[str]:
+    stored = state.get(group_id)
+    return [] if stored is None else sorted(decode_group(stored[1]).members)
+
+
+def _sync(rid: str, group_id: str, blob: bytes | None, index: int) -> dict[str, Any]:
+    assert blob is not None
+    group = decode_group(blob)
+    members = sorted(group.members)
+    return {
+        "api": "sync_group",
+        "request_id": rid,
+        "group_id": group_id,
+        "member_id": members[index],
+        "generation_id": group.generation_id,
+        "protocol_type": "consumer",
+        "protocol_name": "range",
+        "assignments": [
+            {"member_id": m, "assignment": base64.b64encode(m.encode()).decode()} for m in members
+        ]
+        if members[index] == group.leader_id
+        else [],
+    }
+
+
+def _request(
+    data: st.DataObject, rid: str, group_id: str, blob: bytes | None, kind: str | None
+) -> dict[str, Any]:
+    group = None if blob is None else decode_group(blob)
+    members = list(group.members) if group is not None else []
+    generation = group.generation_id if group is not None else 0
+    member = "" if kind == "join" else data.draw(st.sampled_from([*members * 3, "", "bogus"]))
+    gen = data.draw(st.sampled_from([generation, generation, generation - 1]))
+    session = 10_000 if kind == "join" else data.draw(st.sampled_from([100, 3_000, 10_000]))
+    if kind is None:
+        kind = data.draw(st.sampled_from(KINDS))
+    common = {"request_id": rid, "group_id": group_id, "member_id": member}
+    if kind == "join":
+        return {
+            "api": "join_group",
+            **common,
+            "client_id": "c",
+            "session_timeout_ms": session,
+            "rebalance_timeout_ms": 300
+            if kind == "join"
+            else data.draw(st.sampled_from([60, 300])),
+            "protocol_type": "consumer",
+            "protocols": [{"name": "range", "metadata": ""}],
+            "api_version": 3,  # a member id at once (v4+ asks for a rejoin)
+        }
+    if kind == "heartbeat":
+        return {"api": "heartbeat", **common, "generation_id": gen}
+    if kind == "odd heartbeat":  # what the plain reader leaves to the general one
+        request = {"api": "heartbeat", **common, "generation_id": gen}
+        change = data.draw(
+            st.sampled_from(["version", "instance", "bool", "float", "unicode", "int id", "none"])
+        )
+        if change == "version":
+            request["api_version"] = data.draw(st.integers(-1, 5))
+        elif change == "instance":
+            request["group_instance_id"] = data.draw(st.sampled_from([None, "i", "\u00e9"]))
+        elif change == "bool":
+            request["generation_id"] = True
+        elif change == "float":
+            request["generation_id"] = float(gen)
+        elif change == "unicode":
+            request["member_id"] = member + "\u00e9"
+        elif change == "int id":
+            request["request_id"] = len(rid)
+        else:
+            del request["member_id"]
+        return request
+    if kind == "sync":
+        if group is not None and group.leader_id is not None and data.draw(st.booleans()):
+            member, gen = group.leader_id, generation
+        return {
+            "api": "sync_group",
+            **common,
+            "member_id": member,
+            "generation_id": gen,
+            "protocol_type": "consumer",
+            "protocol_name": "range",
+            "assignments": [
+                {"member_id": m, "assignment": base64.b64encode(m.encode()).decode()}
+                for m in members
+            ],
+        }
+    if kind == "leave":
+        return {"api": "leave_group", **common, "api_version": 2}
+    if kind == "commit":
+        return {
+            "api": "offset_commit",
+            **common,
+            "generation_id": gen,
+            "offsets": [{"topic": "t", "partition": 0, "offset": len(rid), "metadata": ""}],
+        }
+    return {"api": "describe_groups", "request_id": rid, "group_id": group_id}
+
+
+def _run(
+    state: dict[str, tuple[int | None, bytes]],
+    lines: list[op.InboxLine],
+    now_ms: int,
+    decoded: op.DecodedGroups,
+    plain_heartbeats: bool,
+    monkeypatch: pytest.MonkeyPatch,
+) -> op.ShardOutcome:
+    with monkeypatch.context() as patch:
+        patch.setattr(op, "DECODED", decoded)
+        if not plain_heartbeats:
+            patch.setattr(requests, "_plain_heartbeat", lambda raw: None)
+        return op.run_shard(SETTINGS, dict(state), lines, now_ms, now_ms)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_the_fast_paths_give_exactly_the_general_paths_outputs(data: st.DataObject) -> None:
+    monkeypatch = pytest.MonkeyPatch()
+    warm = op.DecodedGroups()  # kept across batches, as a reused Python worker keeps it
+    warm_state: dict[str, tuple[int | None, bytes]] = {}
+    cold_state: dict[str, tuple[int | None, bytes]] = {}
+    now, rid = 0, 0
+    # Mostly from Stable groups (two members joined, then synced), the busy case.
+    formed = data.draw(st.booleans(), label="groups formed first")
+    for batch in range(data.draw(st.integers(1, 8), label="batches") + (4 if formed else 0)):
+        forming = formed and batch < 4
+        now += (
+            (0, 1_000, 1_000, 10)[batch]
+            if forming
+            else data.draw(st.sampled_from(GAPS), label="gap")
+        )
+        kinds = [("join", g) for g in GROUPS for _ in range(2)] if forming and batch == 0 else []
+        if forming and batch in (1, 2):  # requests step the groups: their joins complete
+            kinds = [("describe", g) for g in GROUPS]
+        if forming and batch == 3:
+            kinds = [("sync", g) for g in GROUPS for _ in _members(cold_state, g)]
+        if not forming:
+            count = data.draw(st.integers(0, 6), label="requests")
+            kinds = [(None, data.draw(st.sampled_from(GROUPS))) for _ in range(count)]
+        lines: list[op.InboxLine] = []
+        synced: dict[str, int] = {}
+        for position, (kind, group_id) in enumerate(kinds):
+            stored = cold_state.get(group_id)
+            blob = None if stored is None else stored[1]
+            if kind == "sync":  # each member once, by its id's order
+                synced[group_id] = synced.get(group_id, -1) + 1
+                request = _sync(f"r{rid}", group_id, blob, synced[group_id])
+            else:
+                request = _request(data, f"r{rid}", group_id, blob, kind)
+            rid += 1
+            arrival = now - data.draw(st.integers(0, 50))
+            source = f"file:/inbox/{batch:016d}@{arrival}-t.jsonl"
+            lines.append(
+                op.InboxLine(json.dumps(request), source, position, group_id, True, True, arrival)
+            )
+        if data.draw(st.booleans(), label="a task retry"):
+            # The same batch again from the stored state (a failed task's output discarded):
+            # the warm worker has already stepped its cached objects once.
+            _run(warm_state, lines, now, warm, True, monkeypatch)
+        got = _run(warm_state, lines, now, warm, True, monkeypatch)
+        expected = _run(cold_state, lines, now, op.DecodedGroups(limit=0), False, monkeypatch)
+        assert got.rows == expected.rows
+        assert got.state == expected.state
+        assert got.deadline_ms == expected.deadline_ms
+        assert got.internal_errors == expected.internal_errors == []
+        warm_state, cold_state = got.state, expected.state
+        answers = [json.loads(row[7]) for row in got.rows if row[0] == op.RESPONSE]
+        if any(a["api"] == "heartbeat" and a["error"] is None for a in answers):
+            event("a heartbeat was served")
+    event(f"{warm.hits} cached groups stepped" if warm.hits else "no cached group stepped")
+
+
+def test_a_blob_that_is_not_the_cached_encoding_is_decoded() -> None:
+    """Only the exact bytes find the cached object; a group id that differs is not taken."""
+    decoded = op.DecodedGroups(limit=2)
+    first = op.run_group(SETTINGS, "g", None, [_join_line("j1")], 1_000)
+    assert first.blob is not None
+    group, summary = decoded.take(first.blob, "g", 0)
+    decoded.keep(first.blob, group, summary)
+    assert decoded.take(first.blob, "g", 0)[0] is group  # taken out: stepped once only
+    assert decoded.take(first.blob, "g", 0)[0] is not group
+    decoded.keep(first.blob, group, summary)
+    assert decoded.take(first.blob, "other", 0)[0] is not group
+    for n in range(3):
+        decoded.keep(bytes([n]), group, summary)
+    assert len(decoded._groups) == 2
+
+
+def _join_line(rid: str) -> op.InboxLine:
+    request = {
+        "api": "join_group",
+        "request_id": rid,
+        "group_id": "g",
+        "member_id": "",
+        "client_id": "c",
+        "session_timeout_ms": 10_000,
+        "protocol_type": "consumer",
+        "protocols": [{"name": "range", "metadata": ""}],
+    }
+    return op.InboxLine(json.dumps(request), "file:/inbox/a.jsonl", 0, "g")
