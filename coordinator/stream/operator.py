@@ -49,6 +49,7 @@ import re
 import struct
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any
 from urllib.parse import unquote, urlparse
 
@@ -123,6 +124,10 @@ class InboxLine:
     @property
     def order(self) -> tuple[str, int]:
         return (self.source_file, self.position)
+
+
+#: A line's order key (:attr:`InboxLine.order`) without a call per line.
+_ORDER = attrgetter("source_file", "position")
 
 
 @dataclass(frozen=True)
@@ -295,8 +300,10 @@ def run_group(
         head = group.next_timer()
         if head is not None and head[0] <= now_ms:
             emit(TICK)
-    ordered = sorted(lines, key=lambda line: line.order)
-    loads = [line for line in ordered if settings.is_load(line)]
+    ordered = sorted(lines, key=_ORDER)
+    loads = []
+    if settings.bootstrap_dir is not None:  # else no line is a load
+        loads = [line for line in ordered if settings.is_load(line)]
     if loads:
         ordered = [line for line in ordered if not settings.is_load(line)]
     loaded = False
