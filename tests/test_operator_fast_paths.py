@@ -278,7 +278,7 @@ def test_the_fast_paths_give_exactly_the_general_paths_outputs(data: st.DataObje
             # the warm worker has already stepped its cached objects once.
             _run(warm_state, lines, now, warm, True, monkeypatch)
         got = _run(warm_state, lines, now, warm, True, monkeypatch)
-        expected = _run(cold_state, lines, now, op.DecodedGroups(limit=0), False, monkeypatch)
+        expected = _run(cold_state, lines, now, op.DecodedGroups(limit_bytes=0), False, monkeypatch)
         assert got.rows == expected.rows
         assert got.state == expected.state
         assert got.deadline_ms == expected.deadline_ms
@@ -292,18 +292,29 @@ def test_the_fast_paths_give_exactly_the_general_paths_outputs(data: st.DataObje
 
 def test_a_blob_that_is_not_the_cached_encoding_is_decoded() -> None:
     """Only the exact bytes find the cached object; a group id that differs is not taken."""
-    decoded = op.DecodedGroups(limit=2)
     first = op.run_group(SETTINGS, "g", None, [_join_line("j1")], 1_000)
     assert first.blob is not None
+    decoded = op.DecodedGroups(limit_bytes=2 * len(first.blob))
     group, summary = decoded.take(first.blob, "g", 0)
     decoded.keep(first.blob, group, summary)
     assert decoded.take(first.blob, "g", 0)[0] is group  # taken out: stepped once only
     assert decoded.take(first.blob, "g", 0)[0] is not group
     decoded.keep(first.blob, group, summary)
     assert decoded.take(first.blob, "other", 0)[0] is not group
-    for n in range(3):
-        decoded.keep(bytes([n]), group, summary)
-    assert len(decoded._groups) == 2
+    assert decoded.take(first.blob, "g", 0)[0] is not group  # the mismatch took it out too
+    assert decoded.hits == 1
+
+
+def test_the_oldest_groups_go_first_past_the_byte_limit() -> None:
+    decoded = op.DecodedGroups(limit_bytes=10)
+    first = op.run_group(SETTINGS, "g", None, [_join_line("j1")], 1_000)
+    assert first.blob is not None
+    group, summary = decoded.take(first.blob, "g", 0)
+    for n in range(4):
+        decoded.keep(bytes([n]) * 4, group, summary)
+    assert list(decoded._groups) == [bytes([2]) * 4, bytes([3]) * 4]
+    decoded.keep(b"x" * 11, group, summary)  # over the limit alone: not kept
+    assert len(decoded._groups) == 2 and decoded._bytes == 8
 
 
 def _join_line(rid: str) -> op.InboxLine:
