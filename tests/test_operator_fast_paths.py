@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from coordinator import jsonio, requests
 from coordinator.config import CoordinatorConfig
 from coordinator.group.snapshot import decode_group
+from coordinator.modern.model import ConsumerGroup
 from coordinator.requests import BadRequest, parse, parse_in_full
 from coordinator.stream import operator as op
 
@@ -295,13 +296,17 @@ def test_a_blob_that_is_not_the_cached_encoding_is_decoded() -> None:
     first = op.run_group(SETTINGS, "g", None, [_join_line("j1")], 1_000)
     assert first.blob is not None
     decoded = op.DecodedGroups(limit_bytes=2 * len(first.blob))
-    group, summary = decoded.take(first.blob, "g", 0)
+    group, summary = decoded.take(first.blob, "g", 0, SETTINGS.config)
     decoded.keep(first.blob, group, summary)
-    assert decoded.take(first.blob, "g", 0)[0] is group  # taken out: stepped once only
-    assert decoded.take(first.blob, "g", 0)[0] is not group
+    assert (
+        decoded.take(first.blob, "g", 0, SETTINGS.config)[0] is group
+    )  # taken out: stepped once only
+    assert decoded.take(first.blob, "g", 0, SETTINGS.config)[0] is not group
     decoded.keep(first.blob, group, summary)
-    assert decoded.take(first.blob, "other", 0)[0] is not group
-    assert decoded.take(first.blob, "g", 0)[0] is not group  # the mismatch took it out too
+    assert decoded.take(first.blob, "other", 0, SETTINGS.config)[0] is not group
+    assert (
+        decoded.take(first.blob, "g", 0, SETTINGS.config)[0] is not group
+    )  # the mismatch took it out too
     assert decoded.hits == 1
 
 
@@ -309,12 +314,19 @@ def test_the_oldest_groups_go_first_past_the_byte_limit() -> None:
     decoded = op.DecodedGroups(limit_bytes=10)
     first = op.run_group(SETTINGS, "g", None, [_join_line("j1")], 1_000)
     assert first.blob is not None
-    group, summary = decoded.take(first.blob, "g", 0)
+    group, summary = decoded.take(first.blob, "g", 0, SETTINGS.config)
     for n in range(4):
         decoded.keep(bytes([n]) * 4, group, summary)
     assert list(decoded._groups) == [bytes([2]) * 4, bytes([3]) * 4]
     decoded.keep(b"x" * 11, group, summary)  # over the limit alone: not kept
     assert len(decoded._groups) == 2 and decoded._bytes == 8
+
+
+def test_a_consumer_group_is_always_decoded() -> None:
+    """A consumer group's blob is the records that rebuild it: its object is never kept."""
+    decoded = op.DecodedGroups()
+    decoded.keep(b"blob", ConsumerGroup("c"), {"group_id": "c"})
+    assert decoded._groups == {}
 
 
 def _join_line(rid: str) -> op.InboxLine:
