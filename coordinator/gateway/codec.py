@@ -30,7 +30,7 @@ from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
 from kio.schema.response_header.v0.header import ResponseHeader as ResponseHeaderV0
 from kio.serial import entity_reader, entity_writer
 
-from coordinator.gateway import legacy
+from coordinator.gateway import fastpath, legacy
 
 #: kio resolves a schema's module by name on every call (a few µs, per request and response).
 load_request_schema = cache(_load_request_schema)
@@ -141,6 +141,9 @@ def decode_request(
         if api_key == API_VERSIONS and api_version > high:
             return DecodedRequest(api_key, api_version, correlation_id, None, None)
         raise FrameError(f"API key {api_key} version {api_version} is outside {low}-{high}")
+    fast = fastpath.decode_request(frame) if fastpath.enabled else None
+    if fast is not None:
+        return fast
     try:
         header, body, end = _read_message(api_key, api_version, "Request", frame)
     except Exception as exc:
@@ -176,6 +179,13 @@ def encode_response(
 ) -> bytes:
     """The framed response (size prefix, header of the response's header version, body) of the
     plain data ``body`` (:func:`build`) at ``api_version``."""
+    fast = (
+        fastpath.encode_response(api_key, api_version, correlation_id, body)
+        if fastpath.enabled
+        else None
+    )
+    if fast is not None:
+        return fast
     schema, header_schema = _schemas(api_key, api_version, "Response")
     buffer = io.BytesIO()
     buffer.write(b"\0\0\0\0")
