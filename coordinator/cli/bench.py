@@ -251,6 +251,20 @@ def add_parser(subparsers: Any) -> None:
     )
     gateway.add_argument("--json", action="store_true", help="print one JSON object")
     gateway.set_defaults(run=run_gateway)
+    cpu = kinds.add_parser(
+        "gateway-cpu",
+        help="our gateway's server CPU per heartbeat, kio's codec against the fast path, "
+        "asyncio against uvloop, in turns in one process (fair on a busy box)",
+    )
+    cpu.add_argument("--connections", type=int, default=10, help="members/connections (10)")
+    cpu.add_argument("--seconds", type=float, default=5.0, help="window of each round (5)")
+    cpu.add_argument("--rounds", type=int, default=3, help="rounds of each variant (3)")
+    cpu.add_argument("--codecs", default="kio,fast", help="any of kio, fast (kio,fast)")
+    cpu.add_argument(
+        "--loops", default="asyncio,uvloop", help="any of asyncio, uvloop (asyncio,uvloop)"
+    )
+    cpu.add_argument("--json", action="store_true", help="print one JSON object")
+    cpu.set_defaults(run=run_gateway_cpu)
 
 
 def run_engine(args: argparse.Namespace) -> int:
@@ -455,6 +469,12 @@ def run_groups(args: argparse.Namespace) -> int:
     from coordinator.bench import groups
 
     return groups.run(args)
+
+
+def run_gateway_cpu(args: argparse.Namespace) -> int:
+    from coordinator.bench import gateway_cpu
+
+    return gateway_cpu.run(args)
 
 
 def run_gateway(args: argparse.Namespace) -> int:

@@ -13,6 +13,7 @@ from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
+from coordinator.gateway import loops
 from coordinator.stream.ownership import DEFAULT_LEASE_TIMEOUT_MS, OwnershipError
 
 DEFAULT_PROPERTIES = Path("conf/gateway.properties")
@@ -124,6 +125,12 @@ def add_parser(subparsers: Any) -> None:
         metavar="SECONDS",
         help="on SIGTERM or SIGINT: how long closing the connections and flushing the log may "
         "take (exit status 1 beyond it)",
+    )
+    p.add_argument(
+        "--event-loop",
+        choices=loops.CHOICES,
+        default="auto",
+        help="auto (default): uvloop when installed (the fast extra), else asyncio's",
     )
     p.set_defaults(run=run)
 
@@ -244,10 +251,11 @@ def run(args: argparse.Namespace) -> int:
         )
 
     try:
-        return asyncio.run(
+        return loops.run(
             serve_until_signalled(
                 _serve_while_owner(gateway, serve, announce), args.shutdown_timeout
-            )
+            ),
+            args.event_loop,
         )
     except OwnershipError as error:  # refused at start, or taken over while serving
         print(f"coordinator gateway: {error}", file=sys.stderr, flush=True)
