@@ -59,6 +59,8 @@ class GatewayContext:
     #: FindCoordinator sends clients (node id, host, port); None: the gateway alone.
     versions: Callable[[], Awaitable[dict[int, tuple[int, int]]]] | None = None
     coordinator: Callable[[], Awaitable[tuple[int, str, int]]] | None = None
+    #: Every node (id, host, port) of a gateway of several processes; None: this one only.
+    brokers: list[tuple[int, str, int]] | None = None
     _ids: Any = field(default_factory=lambda: itertools.count(1))
     #: Request ids are unique across runs: the Spark job's responses table and the member ids
     #: the engine derives from request ids outlive one gateway process.
@@ -165,7 +167,10 @@ async def metadata(ctx: GatewayContext, v: int, body: dict[str, Any], *_: str) -
         )
     return {
         "throttle_time": 0,
-        "brokers": [{"node_id": ctx.node_id, "host": ctx.host, "port": ctx.port, "rack": None}],
+        "brokers": [
+            {"node_id": node, "host": host, "port": port, "rack": None}
+            for node, host, port in (ctx.brokers or [(ctx.node_id, ctx.host, ctx.port)])
+        ],
         "cluster_id": ctx.cluster_id,
         "controller_id": ctx.node_id,
         "topics": topics,

@@ -13,7 +13,7 @@ from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
-from coordinator.gateway import loops
+from coordinator.gateway import cluster, loops
 from coordinator.stream.ownership import DEFAULT_LEASE_TIMEOUT_MS, OwnershipError
 
 DEFAULT_PROPERTIES = Path("conf/gateway.properties")
@@ -127,6 +127,15 @@ def add_parser(subparsers: Any) -> None:
         "take (exit status 1 beyond it)",
     )
     p.add_argument(
+        "--processes",
+        type=int,
+        default=1,
+        metavar="N",
+        help="embedded: N gateway processes (one core each), node i on the --listen port + i, "
+        "each the coordinator of a slice of the offsets partitions; a dead one's partitions "
+        "move to the others, which load them from --log-warehouse (default 1)",
+    )
+    p.add_argument(
         "--event-loop",
         choices=loops.CHOICES,
         default="auto",
@@ -190,6 +199,21 @@ def run(args: argparse.Namespace) -> int:
         )
     config = load_config(args.conf, args.set)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    role = cluster.NodeRole.from_env()
+    if args.processes > 1 and role is None:
+        if args.warehouse or upstream is not None:
+            raise ValueError("--processes is for the embedded engine without --upstream")
+        if len(security_settings.listeners) > 1:
+            raise ValueError("listeners: with --processes each node serves one listener")
+        return cluster.supervise(
+            f"{host}:{port}",
+            args.processes,
+            config.offsets_topic_num_partitions,
+            args.log_warehouse,
+            args.owner_lease_timeout_ms
+            or int(properties.get("owner.lease.timeout.ms", DEFAULT_LEASE_TIMEOUT_MS)),
+            sys.argv[1:],
+        )
     backend: Backend
     if args.warehouse:
         if args.log_warehouse:
@@ -199,7 +223,12 @@ def run(args: argparse.Namespace) -> int:
         lease_ms = args.owner_lease_timeout_ms or int(
             properties.get("owner.lease.timeout.ms", DEFAULT_LEASE_TIMEOUT_MS)
         )
-        backend = EmbeddedBackend(config, args.log_warehouse, lease_timeout_ms=lease_ms)
+        backend = EmbeddedBackend(
+            config,
+            args.log_warehouse,
+            lease_timeout_ms=lease_ms,
+            **({} if role is None else _node_options(role)),
+        )
     exporter = None
     if args.metrics or properties.get("metrics"):
         from coordinator.metrics.gateway import GatewayExporter
@@ -224,13 +253,17 @@ def run(args: argparse.Namespace) -> int:
         backend,
         topics,
         host,
-        int(port),
+        int(port) if role is None else role.port,
         max_request_bytes=max_request_bytes,
         metrics=None if exporter is None else exporter.gateway,
         upstream=upstream,
         security=security,
+        node_id=0 if role is None else role.node_id,
+        brokers=None if role is None else role.brokers(),
     )
     where = f"the job on {args.warehouse}" if args.warehouse else "the embedded engine"
+    if role is not None:
+        where += f", node {role.node_id} of {len(role.nodes)}, partitions {role.owned}"
     if upstream is not None:
         servers = ",".join(f"{h}:{p}" for h, p in upstream.bootstrap)
         where += f", data to the upstream {servers}"
@@ -239,6 +272,8 @@ def run(args: argparse.Namespace) -> int:
         # Only once the back end serves: before that, group APIs get LOAD_IN_PROGRESS.
         if exporter is not None:
             exporter.readiness.set_ready()
+        if role is not None:
+            role.follow(backend, asyncio.get_running_loop())
         shown = "the upstream's" if upstream is not None else topics
         print(
             f"coordinator gateway listening on {host}:{gateway.port} ({where}), topics {shown}, "
@@ -263,6 +298,16 @@ def run(args: argparse.Namespace) -> int:
     finally:
         if exporter is not None:
             exporter.close()
+
+
+def _node_options(role: cluster.NodeRole) -> dict[str, Any]:
+    return {
+        "owned_partitions": role.owned,
+        "partition_owners": role.coordinator_nodes(role.owners),
+        "app_id": f"coordinator-gateway-node-{role.node_id}",
+        "owner_epoch": role.owner_epoch,
+        "write_summaries": False,
+    }
 
 
 def _upstream(args: argparse.Namespace, properties: dict[str, str], security: Any) -> Any:

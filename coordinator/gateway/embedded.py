@@ -41,7 +41,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -75,12 +75,33 @@ class EmbeddedBackend:
         flush_interval_ms: float = 2.0,
         summary_interval_ms: float = SUMMARY_INTERVAL_MS,
         lease_timeout_ms: int = DEFAULT_LEASE_TIMEOUT_MS,
+        *,
+        owned_partitions: Iterable[int] | None = None,
+        partition_owners: dict[int, CoordinatorNode] | None = None,
+        app_id: str = APP_ID,
+        owner_epoch: int | None = None,
+        write_summaries: bool = True,
     ) -> None:
+        """``owned_partitions`` (default all), ``partition_owners``, ``app_id``,
+        ``owner_epoch`` and ``write_summaries`` are for one node of several
+        (:mod:`coordinator.gateway.cluster`): the offsets partitions it starts owning, the
+        nodes owning the others (for FindCoordinator), its own Delta app id, the epoch of the
+        supervisor's claim on the warehouse it writes under (instead of claiming the warehouse
+        itself), and whether it writes ``group_state``/``group_history``."""
         self.config = config or CoordinatorConfig()
         self.warehouse = None if warehouse is None else Path(warehouse)
         self.flush_interval_ms = flush_interval_ms
         self.summary_interval_ms = summary_interval_ms
         self.engine = GroupCoordinator(self.config)
+        num = self.config.offsets_topic_num_partitions
+        self._owned = set(range(num) if owned_partitions is None else owned_partitions)
+        #: Who owns the other partitions (for FindCoordinator), as last assigned.
+        self._owners = {p: n for p, n in (partition_owners or {}).items() if p not in self._owned}
+        self.app_id = app_id
+        self.owner_epoch = owner_epoch
+        self.write_summaries = write_summaries
+        #: The log gained partitions another writer wrote: the sink rereads its end offsets.
+        self._reopen_sink = False
         self._waiting: dict[str, tuple[dict[str, Any], asyncio.Future[dict[str, Any]]]] = {}
         self._node: CoordinatorNode | None = None
         self._loading = False
@@ -128,7 +149,9 @@ class EmbeddedBackend:
             self.owner.on_lost = lost_elsewhere
             await self._load(await asyncio.to_thread(self._open_log))
         else:
-            self.engine = GroupCoordinator(self.config, node=node)
+            self.engine = GroupCoordinator(self.config, node=node, owned_partitions=self._owned)
+            for partition, owner in self._owners.items():
+                self.engine.set_partition_owner(partition, owner)
             self.engine.update_topics(self.topics, wall_clock_ms())
         self._tasks = [
             asyncio.create_task(self._scheduler(), name="gateway-scheduler"),
@@ -141,8 +164,15 @@ class EmbeddedBackend:
         runs on a worker thread (seconds for a big log), so that the gateway keeps answering
         meanwhile (LOAD_IN_PROGRESS); nothing else touches the new engine until it is set."""
         engine = await asyncio.to_thread(
-            GroupCoordinator.from_records, records, self.config, wall_clock_ms(), node=self._node
+            GroupCoordinator.from_records,
+            records,
+            self.config,
+            wall_clock_ms(),
+            node=self._node,
+            owned_partitions=self._owned,
         )
+        for partition, owner in self._owners.items():
+            engine.set_partition_owner(partition, owner)
         # Before anything else (contract). A fresh engine knew no topics, so none is "deleted"
         # here: offsets are deleted only when a topic leaves a list the engine already had.
         engine.update_topics(self.topics, wall_clock_ms())
@@ -152,11 +182,18 @@ class EmbeddedBackend:
             self.metrics.reset_from_engine(self.engine)
 
     def _own(self) -> Ownership:
-        from coordinator.stream.ownership import acquire
+        from coordinator.stream.ownership import acquire, owner_dir, read_claim
         from coordinator.stream.schema import TABLES, Warehouse
 
         assert self.warehouse is not None
         paths = Warehouse.at(self.warehouse)
+        if self.owner_epoch is not None:  # the supervisor's claim (it renews the lease)
+            claim = read_claim(owner_dir(paths.root), self.owner_epoch)
+            if claim is None:
+                raise OwnershipLost(f"no claim of epoch {self.owner_epoch} on {paths.root}")
+            owner = Ownership(paths.root, claim)
+            owner.check()
+            return owner
         tables = [paths.table(name) for name in TABLES]
         return acquire(paths.root, "coordinator gateway", self.lease_timeout_ms, tables=tables)
 
@@ -184,7 +221,7 @@ class EmbeddedBackend:
         tables = Warehouse.at(self.warehouse).tables
         tables.mkdir(parents=True, exist_ok=True)
         rows: list[dict[str, Any]] = read_log(tables).to_pylist()
-        self._sink = DeltaSink(tables, APP_ID, ownership=self.owner)
+        self._sink = DeltaSink(tables, self.app_id, ownership=self.owner)
         state = tables / GROUP_STATE
         if DeltaTable.is_deltatable(str(state)):
             ids = read_table(state, columns=["group_id"]).column(0)
@@ -205,7 +242,7 @@ class EmbeddedBackend:
         self._flush.set()
         if writer is not None:
             await asyncio.gather(writer, return_exceptions=True)
-        if self.owner is not None:
+        if self.owner is not None and self.owner_epoch is None:  # not the supervisor's claim
             await asyncio.to_thread(self.owner.release)
 
     async def submit(self, request: dict[str, Any]) -> dict[str, Any]:
@@ -231,6 +268,47 @@ class EmbeddedBackend:
             return  # the engine to come is given them when it is built
         self._emit(self.engine.update_topics(self.topics, wall_clock_ms()))
         self._wake.set()
+
+    async def assign(self, owners: dict[int, CoordinatorNode]) -> None:
+        """Partition -> owning node, for every partition: give up the partitions now owned
+        elsewhere (their groups unload, parked requests get NOT_COORDINATOR) and load the ones
+        gained from the log (Kafka's handleGroupImmigration; LOAD_IN_PROGRESS meanwhile)."""
+        assert self._node is not None
+        me = self._node.node_id
+        gained = sorted(p for p, n in owners.items() if n.node_id == me and p not in self._owned)
+        lost = sorted(p for p, n in owners.items() if n.node_id != me and p in self._owned)
+        self._owners = {p: n for p, n in owners.items() if n.node_id != me}
+        self._owned = (self._owned - set(lost)) | set(gained)
+        for partition, owner in owners.items():
+            self.engine.set_partition_owner(partition, None if owner.node_id == me else owner)
+        for partition in lost:
+            self._emit(self.engine.unload_partition(partition, wall_clock_ms()))
+        if not gained:
+            return
+        log.info("node %d loads offsets partitions %s", me, gained)
+        for partition in gained:
+            self.engine.begin_loading(partition)
+        engine = self.engine
+        records = await asyncio.to_thread(self._read_partitions, set(gained))
+        if engine is not self.engine:  # reloaded meanwhile, with the new partitions in it
+            return
+        for partition in gained:
+            self.engine.load_partition(partition, records, wall_clock_ms())
+        self._dirty |= set(self.engine.group_ids())
+        self._emit([])
+        self._wake.set()
+
+    def _read_partitions(self, partitions: set[int]) -> list[dict[str, Any]]:
+        """The log's records of ``partitions``, read afresh (their previous writer is gone),
+        and the sink told to reread the log's end before its next write."""
+        if self.warehouse is None:
+            return []
+        from coordinator.stream.rebuild import read_log
+        from coordinator.stream.schema import Warehouse
+
+        rows = read_log(Warehouse.at(self.warehouse).tables)
+        self._reopen_sink = True
+        return [r for r in rows.to_pylist() if r["offsets_partition"] in partitions]
 
     def _emit(self, answers: list[dict[str, Any]]) -> None:
         records = self.engine.drain_records()
@@ -286,6 +364,8 @@ class EmbeddedBackend:
         from coordinator.stream.operator import group_summary
 
         dirty, self._dirty = self._dirty, set()
+        if not self.write_summaries:
+            return []
         changed = []
         for group_id in sorted(dirty):
             group = self.engine.group(group_id)
@@ -347,6 +427,9 @@ class EmbeddedBackend:
         self._wake.set()
 
     def _write(self, records: list[dict[str, Any]], groups: list[dict[str, Any]]) -> None:
+        if self._reopen_sink:
+            self._reopen_sink = False
+            self._sink.reopen()
         now = wall_clock_ms()
         self._sink.write_batch(
             self._batch_id,

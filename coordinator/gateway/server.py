@@ -75,7 +75,11 @@ class Gateway:
         metrics: GatewayMetrics | None = None,
         upstream: Upstream | None = None,
         security: GatewaySecurity | None = None,
+        node_id: int = 0,
+        brokers: list[tuple[int, str, int]] | None = None,
     ) -> None:
+        """``node_id`` and ``brokers`` (node id, host, port of every node, this one included):
+        one node of several (:mod:`coordinator.gateway.cluster`); by default the only one."""
         self.backend = backend
         #: TLS, authentication and ACLs (:mod:`coordinator.gateway.security`); by default a
         #: PLAINTEXT listener with no authorizer, as a Kafka broker without security settings.
@@ -95,7 +99,13 @@ class Gateway:
         self.ready = False
         self._server: asyncio.Server | None = None
         self._ctx = apis.GatewayContext(
-            self._while_loading, self.topics, self.host, self.port, log_topic=self.log_topic
+            self._while_loading,
+            self.topics,
+            self.host,
+            self.port,
+            node_id=node_id,
+            log_topic=self.log_topic,
+            brokers=brokers,
         )
         #: Answers FindCoordinator while the back end loads (the gateway is the only node).
         self._finder: GroupCoordinator | None = None
@@ -131,7 +141,7 @@ class Gateway:
             )
             self._other_servers.append(server)
             self.listener_ports[listener.name] = int(server.sockets[0].getsockname()[1])
-        node = CoordinatorNode(0, self.host, self.port)
+        node = CoordinatorNode(self._ctx.node_id, self.host, self.port)
         self._ctx.port = self.port
         if self.upstream is not None:
             self.upstream.attach(

@@ -251,6 +251,11 @@ class DeltaSink:
         self._housekeep(batch_id, report, emitted_at_ms)
         return report
 
+    def reopen(self) -> None:
+        """Reread the tables and the log's end offsets before the next write (another writer
+        wrote partitions this sink now writes)."""
+        self._tables_stale = True
+
     def last_batch(self) -> int | None:
         """The last batch present in every table (see the module docstring)."""
         if self._tables_stale:

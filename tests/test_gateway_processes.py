@@ -1,0 +1,244 @@
+"""``coordinator gateway --processes N``: nodes that each coordinate a slice of the offsets
+partitions, FindCoordinator routing, NOT_COORDINATOR, and a node's death (kill -9) moving its
+partitions to the others, which load them from the shared log, under real clients."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from coordinator.gateway import codec
+from coordinator.gateway.cluster import initial_owners, reassign
+from coordinator.log.partitioning import partition_for
+from tests import client_scenarios as sc
+from tests.gateway_support import REQUESTS, call, until
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_partitions_start_round_robin_and_a_dead_node_s_move_to_the_live_ones() -> None:
+    owners = initial_owners(50, 3)
+    assert [p for p, n in owners.items() if n == 1] == list(range(1, 50, 3))
+    after = reassign(owners, [0, 2])
+    moved = [p for p in owners if owners[p] == 1]
+    assert all(after[p] == owners[p] for p in owners if owners[p] != 1)  # the others stay
+    assert {after[p] for p in moved} == {0, 2}
+    shares = [sum(1 for p in moved if after[p] == n) for n in (0, 2)]
+    assert abs(shares[0] - shares[1]) <= 1
+    assert set(reassign(after, [2]).values()) == {2}
+    with pytest.raises(ValueError):
+        reassign(owners, [])
+
+
+def _free_ports(count: int) -> int:
+    """A port p with p .. p + count - 1 free (checked, not reserved)."""
+    for _ in range(100):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            base = int(s.getsockname()[1])
+        if base + count > 65535:
+            continue
+        try:
+            for i in range(1, count):
+                with socket.socket() as t:
+                    t.bind(("127.0.0.1", base + i))
+        except OSError:
+            continue
+        return base
+    raise RuntimeError("no free port range")
+
+
+class Cluster:
+    def __init__(self, tmp: Path, processes: int, warehouse: Path | None) -> None:
+        self.base = _free_ports(processes)
+        self.log = tmp / "cluster.log"
+        cmd = [sys.executable, "-m", "coordinator", "gateway", "--embedded"]
+        cmd += ["--listen", f"127.0.0.1:{self.base}", "--gateway-conf", os.devnull]
+        cmd += ["--processes", str(processes), "--topic", "t:6", "--topic", "other:2"]
+        cmd += ["--set", "group.initial.rebalance.delay.ms=0"]
+        if warehouse is not None:
+            cmd += ["--log-warehouse", str(warehouse)]
+        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        with self.log.open("wb") as out:
+            self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
+        self.processes = processes
+        ready = until(lambda: self.text().count("coordinator gateway listening") == processes, 120)
+        assert ready, self.text()
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def pids(self) -> list[int]:
+        found = re.search(r"\(pids ([\d, ]+)\)", self.text())
+        assert found is not None, self.text()
+        return [int(p) for p in found.group(1).split(", ")]
+
+    def port(self, node: int) -> int:
+        return self.base + node
+
+    def stop(self) -> int:
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return self.proc.wait()
+
+
+def _group_on(node: int, nodes: int, prefix: str) -> str:
+    return next(
+        f"{prefix}-{i}" for i in range(1000) if partition_for(f"{prefix}-{i}", 50) % nodes == node
+    )
+
+
+@pytest.mark.slow
+def test_find_coordinator_routes_each_group_to_its_partition_s_node(tmp_path: Path) -> None:
+    cluster = Cluster(tmp_path, 2, None)
+    try:
+        metadata = call(cluster.port(1), codec.METADATA, 4, REQUESTS[codec.METADATA])
+        assert [(b["node_id"], b["port"]) for b in metadata["brokers"]] == [
+            (0, cluster.port(0)),
+            (1, cluster.port(1)),
+        ]
+        for node in (0, 1):
+            group = _group_on(node, 2, "route")
+            for asked in (0, 1):
+                found = call(cluster.port(asked), codec.FIND_COORDINATOR, 1, {"key": group})
+                assert (found["error_code"], found["node_id"]) == (0, node)
+                assert found["port"] == cluster.port(node)
+            # the other node is not the coordinator: NOT_COORDINATOR (16)
+            join = dict(REQUESTS[codec.JOIN_GROUP], group_id=group)
+            wrong = call(cluster.port(1 - node), codec.JOIN_GROUP, 5, join)
+            assert wrong["error_code"] == 16
+            right = call(cluster.port(node), codec.JOIN_GROUP, 5, join)
+            assert right["error_code"] == 79  # MEMBER_ID_REQUIRED: served
+    finally:
+        assert cluster.stop() == 0
+
+
+def _commit_until_accepted(member: Any, offsets: dict[Any, int], seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            member.commit(offsets)
+            return
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("client", ["confluent-kafka", "kafka-python"])
+def test_a_killed_node_s_groups_carry_on_elsewhere_with_their_commits(
+    tmp_path: Path, client: str
+) -> None:
+    cls = sc.CLIENTS[client]
+    cluster = Cluster(tmp_path, 2, tmp_path / "wh")
+    victim, survivor = 1, 0
+    group = _group_on(victim, 2, client)
+    everything = [("t", p) for p in range(sc.PARTITIONS)]
+    members = [cls(cluster.port(survivor), group, f"{client}-{i}") for i in range(2)]
+    try:
+        sc.wait_for(
+            lambda: sc.disjoint_cover(list(members)), sc.SETTLE_S, lambda: sc.shares(members)
+        )
+        before = {tp: 100 + tp[1] for tp in everything}
+        for m in members:
+            m.commit({tp: before[tp] for tp in m.assigned()})
+        os.kill(cluster.pids()[victim], signal.SIGKILL)
+        assert until(lambda: f"node {victim} exited" in cluster.text(), 60), cluster.text()
+        # The clients find the group's new coordinator (the survivor, which loaded the
+        # partition from the log) and carry on: the commits made before the kill are there,
+        # and new ones are accepted.
+        sc.wait_for(
+            lambda: sc.disjoint_cover(list(members)), sc.SETTLE_S, lambda: sc.shares(members)
+        )
+        read = {}
+        for m in members:
+            read.update(m.committed(m.assigned()))
+        assert read == before, read
+        after = {tp: 200 + tp[1] for tp in everything}
+        for m in members:
+            _commit_until_accepted(m, {tp: after[tp] for tp in m.assigned()}, sc.SETTLE_S)
+        found = call(cluster.port(survivor), codec.FIND_COORDINATOR, 1, {"key": group})
+        assert (found["error_code"], found["node_id"]) == (0, survivor)
+    finally:
+        for m in members:
+            m.close()
+        cluster.stop()
+    # The log holds both: a single gateway on the same warehouse reads the last commits back.
+    from tests.gateway_support import Running
+
+    again = Running(warehouse=str(tmp_path / "wh"))
+    try:
+        fetched = call(
+            again.port,
+            codec.OFFSET_FETCH,
+            5,
+            {"group_id": group, "topics": [{"name": "t", "partition_indexes": list(range(6))}]},
+        )
+        committed = {
+            ("t", p["partition_index"]): p["committed_offset"]
+            for p in fetched["topics"][0]["partitions"]
+        }
+        assert committed == after, committed
+    finally:
+        again.stop()
+
+
+def _commit(port: int, group: str, offset: int) -> int:
+    body = dict(REQUESTS[codec.OFFSET_COMMIT], group_id=group)
+    body["topics"] = [
+        {
+            "name": "t",
+            "partitions": [
+                {"partition_index": 0, "committed_offset": offset, "committed_metadata": ""}
+            ],
+        }
+    ]
+    answer = call(port, codec.OFFSET_COMMIT, 5, body)
+    return int(answer["topics"][0]["partitions"][0]["error_code"])
+
+
+@pytest.mark.slow
+def test_nodes_write_one_log_together_each_its_own_partitions(tmp_path: Path) -> None:
+    import threading
+
+    from coordinator.stream.rebuild import read_log
+    from coordinator.stream.schema import Warehouse
+
+    warehouse = tmp_path / "wh"
+    cluster = Cluster(tmp_path, 2, warehouse)
+    groups = {node: _group_on(node, 2, "together") for node in (0, 1)}
+    errors: list[int] = []
+
+    def commits(node: int) -> None:
+        for offset in range(1, 31):
+            code = _commit(cluster.port(node), groups[node], offset)
+            if code:
+                errors.append(code)
+
+    try:
+        threads = [threading.Thread(target=commits, args=(node,)) for node in (0, 1)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(300)
+        assert errors == []
+    finally:
+        assert cluster.stop() == 0
+    rows = read_log(Warehouse.at(warehouse).tables).to_pylist()
+    for node, group in groups.items():
+        partition = partition_for(group, 50)
+        offsets = [r["offset"] for r in rows if r["offsets_partition"] == partition]
+        assert offsets == list(range(30)), (node, offsets)  # each record once, in order
