@@ -83,3 +83,26 @@ def test_ratios_and_the_goal_lower_times_and_higher_rates_win():
     assert not result["rows"]["heartbeats_per_s/10"]["goal_met"]
     assert result["rows"]["join_s/10"]["goal_met"]
     assert "does NOT hold" in format_report(losing)
+
+
+def test_join_time_is_also_compared_with_our_delay_matched_to_each_peer_s_hold():
+    figures = _figures(
+        {"join_s": 0.2, "heartbeats_per_cpu_s": 30_000},
+        {"join_s": 5.5, "heartbeats_per_cpu_s": 20_000},
+        {"join_s": 0.35, "heartbeats_per_cpu_s": 60_000},
+    )
+    servers = figures["servers"]
+    servers["ours (delay 150)"] = dict(servers["ours (delay 0)"], **{"10": {"join_s": 0.4}})
+    servers["ours (delay 2500)"] = dict(servers["ours (delay 0)"], **{"10": {"join_s": 5.2}})
+    figures["comparison"] = compare(figures)
+    matched = figures["comparison"]["like for like"]
+    assert matched["rows"]["join_s/10 vs noida"]["ours"] == "ours (delay 150)"
+    assert not matched["rows"]["join_s/10 vs noida"]["goal_met"]  # 0.4 s against 0.35 s
+    assert matched["rows"]["join_s/10 vs tansu"]["goal_met"]  # 5.2 s against 5.5 s
+    assert not matched["goal_met"]
+    # heartbeats per server CPU-second: a rate, higher wins
+    row = figures["comparison"]["ours (delay 0)"]["rows"]["heartbeats_per_cpu_s/10"]
+    assert row["ratios"] == {"tansu": 1.5, "noida": 0.5} and not row["goal_met"]
+    report = format_report(figures)
+    assert "heartbeats per server CPU-second" in report
+    assert "join time with our delay matched to the peer's hold: does NOT hold" in report

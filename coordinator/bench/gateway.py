@@ -12,8 +12,10 @@ reported and skipped. The peers get the topics from the client's admin (CreateTo
     consumer's rebalance callback holds a non-empty assignment, the N assignments disjoint and
     covering the topic. This includes the server's initial rebalance delay: Kafka's default is
     3 s and it is extended once more when members keep arriving (KIP-134), Tansu holds a new
-    group ~5 s, noida ~0.3 s. The delay is a server setting only ours has, hence two runs of ours
-    (``--delays 0,3000``); ``--delays 150`` gives ours noida's hold (150 ms, extended once).
+    group ~5 s, noida ~0.3 s. The delay is a server setting only ours has, hence several runs
+    of ours (``--delays``): Kafka's default 3000, and each peer's hold (:data:`MATCHED_DELAY`:
+    150 holds like noida's ~0.3 s and 2500 like Tansu's ~5 s, each extended once); the join
+    figure of the run matched to a peer is compared with that peer's ("like for like").
 (b) **rebalance**: one consumer closes (LeaveGroup); the time from the close until every remaining
     consumer holds its new assignment (same checks). The others learn of the rebalance from their
     next heartbeat, so this includes up to one ``--heartbeat-interval-ms``. Median of
@@ -24,7 +26,9 @@ reported and skipped. The peers get the topics from the client's admin (CreateTo
     sends Heartbeat v4 as soon as its previous one is answered, for ``--heartbeat-seconds``;
     the figure is answered heartbeats (error 0) per second. The server's and the generator's CPU
     use over the window are printed beside it: a generator near 100 % of a core means the figure
-    is the generator's limit, not the server's. The raw formation also gives **hold**: the time
+    is the generator's limit, not the server's. **Heartbeats per server CPU-second** (answered
+    heartbeats over the server's user + system time in the window, all its processes) is fair
+    whatever the core count and the load of the box. The raw formation also gives **hold**: the time
     from the first JoinGroup (with its member id) to the first JoinGroup answer, i.e. the server's
     effective initial delay for a group whose members all arrive at once.
 
@@ -72,6 +76,9 @@ INITIAL_DELAY = {
     TANSU: "not configurable (~5 s observed)",
     NOIDA: "not configurable (~0.3 s observed)",
 }
+#: Our group.initial.rebalance.delay.ms that holds a new group as long as each peer does (the
+#: first delay, extended once when members keep arriving): noida ~0.3 s, Tansu ~5 s.
+MATCHED_DELAY = {NOIDA: 150, TANSU: 2500}
 MEMBER_ID_REQUIRED = 79
 REBALANCE_IN_PROGRESS = 27
 HEARTBEAT_VERSION = 4
@@ -85,7 +92,9 @@ def stderr(message: str) -> None:
 class GatewayBenchOptions:
     sizes: tuple[int, ...] = (10, 100)
     #: Our gateway runs once per value of group.initial.rebalance.delay.ms.
-    delays: tuple[int, ...] = (0, 3000)
+    delays: tuple[int, ...] = (0, MATCHED_DELAY[NOIDA], 3000, MATCHED_DELAY[TANSU])
+    #: Our gateway's ``--processes``.
+    processes: int = 1
     peers: tuple[str, ...] = PEERS
     #: The figure (a)/(b) client settings, the same for every server.
     heartbeat_interval_ms: int = 200
@@ -110,6 +119,8 @@ class GatewayBenchOptions:
             raise ValueError(f"peers are {', '.join(PEERS)}; got {', '.join(unknown)}")
         if set(self.figures) - set("abc") or not self.figures:
             raise ValueError(f"--figures: letters of abc, got {self.figures!r}")
+        if self.processes < 1:
+            raise ValueError("--processes >= 1")
         if self.heartbeat_seconds <= 0 or self.generators < 1 or self.leaves < 1:
             raise ValueError("--heartbeat-seconds > 0, --generators >= 1, --leaves >= 1")
 
@@ -117,10 +128,20 @@ class GatewayBenchOptions:
 # --- servers ------------------------------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def free_port(count: int = 1) -> int:
+    """A free port p, with p + 1 .. p + count - 1 free too (checked, not reserved)."""
+    for _ in range(100):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            base = int(s.getsockname()[1])
+        try:
+            for extra in range(1, count):
+                with socket.socket() as t:
+                    t.bind(("127.0.0.1", base + extra))
+        except OSError:
+            continue
+        return base
+    raise RuntimeError(f"no {count} free consecutive ports")
 
 
 def _binary(module: str, *parts: str) -> Path | None:
@@ -150,6 +171,7 @@ class Server:
     kind: str
     label: str
     delay_ms: int | None = None
+    processes: int = 1
     port: int = 0
     process: subprocess.Popen[bytes] | None = None
     workdir: Path | None = None
@@ -167,6 +189,8 @@ class Server:
             cmd = [sys.executable, "-m", "coordinator", "gateway", "--embedded"]
             cmd += ["--listen", self.bootstrap, "--gateway-conf", os.devnull]
             cmd += ["--set", f"group.initial.rebalance.delay.ms={self.delay_ms}"]
+            if self.processes > 1:
+                cmd += ["--processes", str(self.processes)]
             for name, count in topics.items():
                 cmd += ["--topic", f"{name}:{count}"]
             return cmd
@@ -203,7 +227,7 @@ class Server:
         ]
 
     def start(self, topics: dict[str, int], timeout_s: float) -> None:
-        self.port = free_port()
+        self.port = free_port(self.processes)
         self.workdir = Path(tempfile.mkdtemp(prefix=f"bench-gateway-{self.kind}-"))
         cmd = self.command(topics)
         env = {k: v for k, v in os.environ.items() if k != "OTEL_EXPORTER_OTLP_ENDPOINT"}
@@ -229,7 +253,10 @@ class Server:
         return " | ".join(text[-lines:])
 
     def cpu_seconds(self) -> float:
-        return _cpu_seconds(self.process.pid) if self.process is not None else 0.0
+        """The server's CPU time: its process and every live descendant (our nodes)."""
+        if self.process is None:
+            return 0.0
+        return sum(_cpu_seconds(pid) for pid in _process_tree(self.process.pid))
 
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:
@@ -244,6 +271,25 @@ class Server:
 
 
 LOCAL = "127.0.0.1"
+
+
+def _process_tree(root: int) -> list[int]:
+    """``root`` and its live descendants, from /proc."""
+    parents: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        parents.setdefault(ppid, []).append(int(entry.name))
+    tree, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        tree.append(pid)
+        todo.extend(parents.get(pid, []))
+    return tree
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -555,6 +601,7 @@ def heartbeat_rate(
         for code, count in r[4].items():
             codes[code] = codes.get(code, 0) + count
     rate = sum(r[0] / r[2] for r in results)
+    answered = sum(r[0] + r[1] for r in results) + len(members)
     return {
         "heartbeats_per_s": round(rate),
         "errors": sum(r[1] for r in results),
@@ -563,6 +610,8 @@ def heartbeat_rate(
         "generators": workers,
         # Shares of one core over the window (wall includes the drain).
         "server_cpu": round(server_cpu / wall, 2),
+        # Every answer (errors and the drain's included) over the server's CPU time.
+        "heartbeats_per_cpu_s": round(answered / server_cpu) if server_cpu > 0 else None,
         "generator_cpu": round(sum(r[3] / r[2] for r in results), 2),
     }
 
@@ -756,8 +805,15 @@ def join_and_rebalance(
 # --- the run ---------------------------------------------------------------------------------
 
 
+def _ours_label(delay: int, processes: int) -> str:
+    return f"ours (delay {delay})" if processes == 1 else f"ours x{processes} (delay {delay})"
+
+
 def servers(options: GatewayBenchOptions) -> list[Server]:
-    out = [Server(OURS, f"ours (delay {d})", delay_ms=d) for d in options.delays]
+    out = [
+        Server(OURS, _ours_label(d, options.processes), delay_ms=d, processes=options.processes)
+        for d in options.delays
+    ]
     return out + [Server(peer, peer) for peer in options.peers]
 
 
@@ -808,7 +864,9 @@ def run_server(server: Server, options: GatewayBenchOptions, say: Say) -> dict[s
                     say(
                         f"    (c) {size} connections: {figures['heartbeats_per_s']:,} heartbeats/s"
                         f" (server {figures['server_cpu']:.0%} of a core, generator "
-                        f"{figures['generator_cpu']:.0%}), hold {hold:.3f} s"
+                        f"{figures['generator_cpu']:.0%}), "
+                        f"{figures['heartbeats_per_cpu_s'] or 0:,} per server CPU-second, "
+                        f"hold {hold:.3f} s"
                     )
             except Exception as exc:
                 figures["error_c"] = f"{type(exc).__name__}: {exc}"
@@ -845,6 +903,7 @@ FIGURES = (
     ("join_s", "(a) first JoinGroup -> every member holds its assignment", "s", True),
     ("rebalance_s", "(b) one member leaves -> every remaining member holds its new one", "s", True),
     ("heartbeats_per_s", "(c) heartbeats answered per second (closed loop)", "/s", False),
+    ("heartbeats_per_cpu_s", "    heartbeats per server CPU-second", "/cpu-s", False),
     (
         "hold_s",
         "    raw group of N: first JoinGroup -> first answer (the server's hold)",
@@ -869,7 +928,7 @@ def compare(figures: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for mine in ours:
         rows: dict[str, Any] = {}
-        for key, _, _, lower in FIGURES[:3]:
+        for key, _, _, lower in FIGURES[:4]:
             for size in sizes:
                 value = _value(figures, mine, size, key)
                 found = {p: _value(figures, p, size, key) for p in peers}
@@ -885,7 +944,31 @@ def compare(figures: dict[str, Any]) -> dict[str, Any]:
             "rows": rows,
             "goal_met": bool(rows) and all(r["goal_met"] for r in rows.values()),
         }
+    out["like for like"] = _matched(figures, ours, peers, sizes)
     return out
+
+
+def _matched(
+    figures: dict[str, Any], ours: list[str], peers: list[str], sizes: list[int]
+) -> dict[str, Any]:
+    """The join figure of our run whose initial delay holds a new group as long as the peer
+    does (:data:`MATCHED_DELAY`), against that peer's."""
+    rows: dict[str, Any] = {}
+    for peer in peers:
+        delay = MATCHED_DELAY.get(peer)
+        mine = next((label for label in ours if label.endswith(f"(delay {delay})")), None)
+        if mine is None:
+            continue
+        for size in sizes:
+            value, theirs = (_value(figures, who, size, "join_s") for who in (mine, peer))
+            if value is None or theirs is None:
+                continue
+            rows[f"join_s/{size} vs {peer}"] = {
+                "ratios": {peer: _ratio(value, theirs)},
+                "goal_met": value <= theirs,
+                "ours": mine,
+            }
+    return {"rows": rows, "goal_met": bool(rows) and all(r["goal_met"] for r in rows.values())}
 
 
 def _ratio(a: float, b: float) -> float | None:
@@ -917,11 +1000,13 @@ def format_report(figures: dict[str, Any]) -> str:
             for n in sizes:
                 value = _value(figures, label, n, key)
                 if value is None:
-                    which = "error_c" if key in ("heartbeats_per_s", "hold_s") else "error"
+                    which = "error" if key in ("join_s", "rebalance_s") else "error_c"
                     error = figures["servers"][label].get(str(n), {}).get(which)
                     cells.append(f"{'failed' if error else '-':>14}")
                 elif unit == "s":
                     cells.append(f"{value:>12.3f} s")
+                elif unit == "/cpu-s":
+                    cells.append(f"{value:>14,.0f}")
                 else:
                     cells.append(f"{value:>12,.0f}/s")
             extra = ""
@@ -952,8 +1037,12 @@ def format_report(figures: dict[str, Any]) -> str:
                 f"{p} {'-' if r is None else f'{r:.2f}'}" for p, r in data["ratios"].items()
             )
             verdict = "ok" if data["goal_met"] else "SLOWER than the fastest peer"
-            lines.append(f"  {mine:<18} {row:<22} {ratios:<28} {verdict}")
+            who = data.get("ours", mine)
+            lines.append(f"  {who:<18} {row:<22} {ratios:<28} {verdict}")
         goal = "holds" if result["goal_met"] else "does NOT hold"
+        if mine == "like for like":
+            lines.append(f"  join time with our delay matched to the peer's hold: {goal}")
+            continue
         lines.append(
             f"  {mine}: goal 'at least as fast as the fastest peer on every figure' {goal}"
         )
@@ -973,6 +1062,7 @@ def run(args: Any) -> int:
         heartbeat_seconds=args.heartbeat_seconds,
         generators=args.generators,
         figures=args.figures,
+        processes=args.processes,
     )
     figures = gateway_bench(options)
     if args.json:

@@ -232,9 +232,11 @@ def add_parser(subparsers: Any) -> None:
     gateway.add_argument("--sizes", default="10,100", help="consumers in the group (10,100)")
     gateway.add_argument(
         "--delays",
-        default="0,3000",
-        help="our group.initial.rebalance.delay.ms, one run of ours each (0,3000)",
+        default="0,150,3000,2500",
+        help="our group.initial.rebalance.delay.ms, one run of ours each (0,150,3000,2500: none, "
+        "noida's hold, Kafka's default, Tansu's hold)",
     )
+    gateway.add_argument("--processes", type=int, default=1, help="our gateway's --processes (1)")
     gateway.add_argument("--peers", default="tansu,noida", help="any of tansu, noida ('' = none)")
     gateway.add_argument(
         "--figures", default="abc", help="a: join, b: rebalance after a leave, c: heartbeats/s"
