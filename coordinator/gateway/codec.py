@@ -6,7 +6,9 @@ class of that version names its header schema (``__header_schema__``), as it doe
 (ApiVersions' response header is always v0, whatever the version). The versions Kafka 3.9 served
 and kio (generated from Kafka 4's specs) lacks are read and written by
 :mod:`coordinator.gateway.legacy` from Kafka 3.9's specs, as plain data. This module only encodes
-and decodes; what to answer is :mod:`coordinator.gateway.apis`' business.
+and decodes; what to answer is :mod:`coordinator.gateway.apis`' business. The hot group APIs
+(Heartbeat, OffsetCommit, OffsetFetch, JoinGroup, SyncGroup) are read and written first by
+:mod:`coordinator.gateway.fastpath`, equal to kio, which takes whatever it declines.
 """
 
 from __future__ import annotations
