@@ -125,12 +125,12 @@ def test_find_coordinator_routes_each_group_to_its_partition_s_node(tmp_path: Pa
         assert cluster.stop() == 0
 
 
-def _commit_until_accepted(member: Any, offsets: dict[Any, int], seconds: float) -> None:
+def _until_answered(call_: Any, seconds: float) -> Any:
+    """``call_()``, retried while the client raises (its coordinator moving) for ``seconds``."""
     deadline = time.monotonic() + seconds
     while True:
         try:
-            member.commit(offsets)
-            return
+            return call_()
         except Exception:
             if time.monotonic() > deadline:
                 raise
@@ -163,13 +163,14 @@ def test_a_killed_node_s_groups_carry_on_elsewhere_with_their_commits(
         sc.wait_for(
             lambda: sc.disjoint_cover(list(members)), sc.SETTLE_S, lambda: sc.shares(members)
         )
-        read = {}
+        read: dict[Any, Any] = {}
         for m in members:
-            read.update(m.committed(m.assigned()))
+            read.update(_until_answered(lambda m=m: m.committed(m.assigned()), sc.SETTLE_S))
         assert read == before, read
         after = {tp: 200 + tp[1] for tp in everything}
         for m in members:
-            _commit_until_accepted(m, {tp: after[tp] for tp in m.assigned()}, sc.SETTLE_S)
+            mine = {tp: after[tp] for tp in m.assigned()}
+            _until_answered(lambda m=m, mine=mine: m.commit(mine), sc.SETTLE_S)
         found = call(cluster.port(survivor), codec.FIND_COORDINATOR, 1, {"key": group})
         assert (found["error_code"], found["node_id"]) == (0, survivor)
     finally:
@@ -242,3 +243,25 @@ def test_nodes_write_one_log_together_each_its_own_partitions(tmp_path: Path) ->
         partition = partition_for(group, 50)
         offsets = [r["offset"] for r in rows if r["offsets_partition"] == partition]
         assert offsets == list(range(30)), (node, offsets)  # each record once, in order
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.slow
+def test_the_nodes_stop_when_their_supervisor_is_killed(tmp_path: Path) -> None:
+    cluster = Cluster(tmp_path, 2, None)
+    pids = cluster.pids()
+    try:
+        cluster.proc.kill()
+        cluster.proc.wait(30)
+        assert until(lambda: not any(_alive(pid) for pid in pids), 60), cluster.text()
+    finally:
+        for pid in pids:
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
