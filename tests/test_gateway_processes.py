@@ -265,3 +265,106 @@ def test_the_nodes_stop_when_their_supervisor_is_killed(tmp_path: Path) -> None:
         for pid in pids:
             if _alive(pid):
                 os.kill(pid, signal.SIGKILL)
+
+
+def test_a_node_learns_its_part_from_the_environment_and_follows_its_supervisor() -> None:
+    import asyncio
+    import io
+    import threading
+
+    from coordinator.gateway.cluster import NODE_ENV, NodeRole
+
+    role = NodeRole(1, {0: ("h", 9000), 1: ("h", 9001)}, initial_owners(50, 2), 4)
+    os.environ[NODE_ENV] = role.to_env()
+    try:
+        assert NodeRole.from_env() == role
+    finally:
+        del os.environ[NODE_ENV]
+    assert NodeRole.from_env() is None
+    assert role.port == 9001 and role.owned == list(range(1, 50, 2))
+    assert role.brokers() == [(0, "h", 9000), (1, "h", 9001)]
+
+    assigned: list[dict[int, Any]] = []
+    gone = threading.Event()
+
+    class Backend:
+        async def assign(self, owners: dict[int, Any]) -> None:
+            assigned.append(owners)
+
+    loop = asyncio.new_event_loop()
+    try:
+        line = '{"owners": {"0": 1, "1": 1}}\n'
+        role.follow(Backend(), loop, io.StringIO(line), on_gone=gone.set).join(10)
+        assert gone.is_set()
+        loop.run_until_complete(asyncio.sleep(0.05))
+    finally:
+        loop.close()
+    assert [{p: (n.node_id, n.port) for p, n in a.items()} for a in assigned] == [
+        {0: (1, 9001), 1: (1, 9001)}
+    ]
+
+
+@pytest.mark.slow
+def test_a_node_loads_the_partitions_it_gains_from_the_log_another_node_wrote(
+    tmp_path: Path,
+) -> None:
+    """Two embedded back ends in this process write one warehouse under one claim, each its own
+    partitions; one stops (its writer is gone) and the other, assigned its partitions, loads
+    them from the log: the commits are there, and new ones follow them in the log."""
+    import asyncio
+
+    from coordinator.config import CoordinatorConfig
+    from coordinator.engine import CoordinatorNode
+    from coordinator.gateway.embedded import APP_ID, EmbeddedBackend
+    from coordinator.stream.ownership import acquire
+    from coordinator.stream.rebuild import read_log
+    from coordinator.stream.schema import TABLES, Warehouse
+    from coordinator.stream.sink import DeltaSink
+    from tests.gateway_support import Running
+
+    paths = Warehouse.at(tmp_path / "wh")
+    owner = acquire(paths.root, "test", tables=[paths.table(n) for n in TABLES])
+    paths.tables.mkdir(parents=True, exist_ok=True)
+    DeltaSink(paths.tables, APP_ID, ownership=owner)
+    owners = initial_owners(50, 2)
+    nodes = {0: CoordinatorNode(0, "127.0.0.1", 1), 1: CoordinatorNode(1, "127.0.0.1", 2)}
+    config = CoordinatorConfig(group_initial_rebalance_delay_ms=0)
+
+    def node(i: int) -> Running:
+        backend = EmbeddedBackend(
+            config,
+            paths.root,
+            owned_partitions=[p for p, n in owners.items() if n == i],
+            partition_owners={p: nodes[n] for p, n in owners.items()},
+            app_id=f"node-{i}",
+            owner_epoch=owner.epoch,
+            write_summaries=False,
+        )
+        return Running(backend=backend, config=config)
+
+    group = _group_on(1, 2, "gain")
+    first, second = node(0), node(1)
+    try:
+        assert _commit(second.port, group, 5) == 0
+        assert _commit(first.port, group, 6) == 16  # NOT_COORDINATOR
+        found = call(first.port, codec.FIND_COORDINATOR, 1, {"key": group})
+        assert found["node_id"] == 1
+        second.stop()
+        backend = first.gateway.backend
+        everything = {p: nodes[0] for p in range(50)}
+        asyncio.run_coroutine_threadsafe(backend.assign(everything), first.loop).result(60)
+        fetched = call(
+            first.port,
+            codec.OFFSET_FETCH,
+            5,
+            {"group_id": group, "topics": [{"name": "t", "partition_indexes": [0]}]},
+        )
+        assert fetched["topics"][0]["partitions"][0]["committed_offset"] == 5
+        assert _commit(first.port, group, 7) == 0
+    finally:
+        first.stop()
+        owner.release()
+    rows = read_log(paths.tables).to_pylist()
+    partition = partition_for(group, 50)
+    offsets = [r["offset"] for r in rows if r["offsets_partition"] == partition]
+    assert offsets == [0, 1], offsets  # the second writer numbered after the first

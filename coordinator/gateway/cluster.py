@@ -45,6 +45,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -128,21 +129,35 @@ class NodeRole:
             data["owner_epoch"],
         )
 
-    def follow(self, backend: Any, loop: Any, stdin: IO[str] | None = None) -> threading.Thread:
-        """Apply the supervisor's assignments (JSON lines on standard input) to ``backend``
-        (an :class:`EmbeddedBackend`) on ``loop``; stop this process (SIGTERM) when the
-        supervisor is gone."""
+    def follow(
+        self,
+        backend: Any,
+        loop: Any,
+        stdin: IO[str] | None = None,
+        on_gone: Callable[[], None] | None = None,
+    ) -> threading.Thread:
+        """Apply the supervisor's assignments (JSON lines on ``stdin``, standard input by
+        default) to ``backend`` (an :class:`EmbeddedBackend`) on ``loop``; when the supervisor
+        is gone (end of input), call ``on_gone``: by default stop this process (SIGTERM)."""
         source = stdin if stdin is not None else sys.stdin
+        running: set[Any] = set()  # the assignments' tasks, referenced until done
+
+        def start(nodes: dict[int, CoordinatorNode]) -> None:
+            task = loop.create_task(backend.assign(nodes))
+            running.add(task)
+            task.add_done_callback(running.discard)
 
         def read() -> None:
             for line in source:
                 if not line.strip():
                     continue
                 owners = {int(p): int(n) for p, n in json.loads(line)["owners"].items()}
-                nodes = self.coordinator_nodes(owners)
-                loop.call_soon_threadsafe(lambda n=nodes: loop.create_task(backend.assign(n)))
+                loop.call_soon_threadsafe(start, self.coordinator_nodes(owners))
             log.info("node %d: the supervisor is gone; stopping", self.node_id)
-            os.kill(os.getpid(), signal.SIGTERM)
+            if on_gone is not None:
+                on_gone()
+            else:
+                os.kill(os.getpid(), signal.SIGTERM)
 
         thread = threading.Thread(target=read, name="gateway-node-control", daemon=True)
         thread.start()
