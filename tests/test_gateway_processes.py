@@ -173,6 +173,8 @@ def test_a_killed_node_s_groups_carry_on_elsewhere_with_their_commits(
             _until_answered(lambda m=m, mine=mine: m.commit(mine), sc.SETTLE_S)
         found = call(cluster.port(survivor), codec.FIND_COORDINATOR, 1, {"key": group})
         assert (found["error_code"], found["node_id"]) == (0, survivor)
+        metadata = call(cluster.port(survivor), codec.METADATA, 4, REQUESTS[codec.METADATA])
+        assert [b["node_id"] for b in metadata["brokers"]] == [survivor]
     finally:
         for m in members:
             m.close()
@@ -285,6 +287,7 @@ def test_a_node_learns_its_part_from_the_environment_and_follows_its_supervisor(
     assert role.brokers() == [(0, "h", 9000), (1, "h", 9001)]
 
     assigned: list[dict[int, Any]] = []
+    brokers: list[Any] = []
     gone = threading.Event()
 
     class Backend:
@@ -294,7 +297,9 @@ def test_a_node_learns_its_part_from_the_environment_and_follows_its_supervisor(
     loop = asyncio.new_event_loop()
     try:
         line = '{"owners": {"0": 1, "1": 1}}\n'
-        role.follow(Backend(), loop, io.StringIO(line), on_gone=gone.set).join(10)
+        role.follow(
+            Backend(), loop, io.StringIO(line), on_gone=gone.set, set_brokers=brokers.append
+        ).join(10)
         assert gone.is_set()
         loop.run_until_complete(asyncio.sleep(0.05))
     finally:
@@ -302,9 +307,9 @@ def test_a_node_learns_its_part_from_the_environment_and_follows_its_supervisor(
     assert [{p: (n.node_id, n.port) for p, n in a.items()} for a in assigned] == [
         {0: (1, 9001), 1: (1, 9001)}
     ]
+    assert brokers == [[(1, "h", 9001)]]  # node 0 owns nothing any more: not listed
 
 
-@pytest.mark.slow
 def test_a_node_loads_the_partitions_it_gains_from_the_log_another_node_wrote(
     tmp_path: Path,
 ) -> None:

@@ -273,7 +273,7 @@ def run(args: argparse.Namespace) -> int:
         if exporter is not None:
             exporter.readiness.set_ready()
         if role is not None:
-            role.follow(backend, asyncio.get_running_loop())
+            role.follow(backend, asyncio.get_running_loop(), set_brokers=gateway.set_brokers)
         shown = "the upstream's" if upstream is not None else topics
         print(
             f"coordinator gateway listening on {host}:{gateway.port} ({where}), topics {shown}, "

@@ -135,14 +135,20 @@ class NodeRole:
         loop: Any,
         stdin: IO[str] | None = None,
         on_gone: Callable[[], None] | None = None,
+        set_brokers: Callable[[list[tuple[int, str, int]]], None] | None = None,
     ) -> threading.Thread:
         """Apply the supervisor's assignments (JSON lines on ``stdin``, standard input by
-        default) to ``backend`` (an :class:`EmbeddedBackend`) on ``loop``; when the supervisor
-        is gone (end of input), call ``on_gone``: by default stop this process (SIGTERM)."""
+        default) to ``backend`` (an :class:`EmbeddedBackend`) on ``loop``, and give
+        ``set_brokers`` the nodes still alive (those owning partitions: Metadata lists only
+        them, as Kafka drops a dead broker); when the supervisor is gone (end of input), call
+        ``on_gone``: by default stop this process (SIGTERM)."""
         source = stdin if stdin is not None else sys.stdin
         running: set[Any] = set()  # the assignments' tasks, referenced until done
 
         def start(nodes: dict[int, CoordinatorNode]) -> None:
+            if set_brokers is not None:
+                live = {n.node_id: n for n in nodes.values()}
+                set_brokers([(i, live[i].host, live[i].port) for i in sorted(live)])
             task = loop.create_task(backend.assign(nodes))
             running.add(task)
             task.add_done_callback(running.discard)

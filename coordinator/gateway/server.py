@@ -165,6 +165,10 @@ class Gateway:
         self._ctx.submit = self.backend.submit
         self.ready = True
 
+    def set_brokers(self, brokers: list[tuple[int, str, int]]) -> None:
+        """The live nodes (id, host, port) Metadata lists, when one of several has died."""
+        self._ctx.brokers = list(brokers)
+
     async def broker_listener(self, node_id: int) -> tuple[str, int]:
         """The address of the gateway's listener for upstream broker ``node_id``, opened on
         first use: with the bootstrap listener on an ephemeral port, on another one; otherwise
