@@ -72,7 +72,9 @@ class Cluster:
             self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
         self.processes = processes
         ready = until(lambda: self.text().count("coordinator gateway listening") == processes, 120)
-        assert ready, self.text()
+        if not ready:  # (a node that could not listen, say): leave nothing running
+            self.stop()
+            raise AssertionError(self.text())
 
     def text(self) -> str:
         return self.log.read_text(errors="replace")
