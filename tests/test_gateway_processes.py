@@ -40,17 +40,16 @@ def test_partitions_start_round_robin_and_a_dead_node_s_move_to_the_live_ones() 
 
 
 def _free_ports(count: int) -> int:
-    """A port p with p .. p + count - 1 free (checked, not reserved)."""
-    for _ in range(100):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            base = int(s.getsockname()[1])
-        if base + count > 65535:
-            continue
+    """A port p with p .. p + count - 1 free (checked, not reserved), below the ephemeral
+    range, where the box's outgoing connections do not take them meanwhile."""
+    import random
+
+    for _ in range(200):
+        base = random.randrange(20_000, 32_000 - count)
         try:
-            for i in range(1, count):
-                with socket.socket() as t:
-                    t.bind(("127.0.0.1", base + i))
+            for i in range(count):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", base + i))
         except OSError:
             continue
         return base

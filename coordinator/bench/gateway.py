@@ -45,6 +45,7 @@ import contextlib
 import json
 import multiprocessing
 import os
+import random
 import selectors
 import shutil
 import socket
@@ -129,13 +130,16 @@ class GatewayBenchOptions:
 
 
 def free_port(count: int = 1) -> int:
-    """A free port p, with p + 1 .. p + count - 1 free too (checked, not reserved)."""
-    for _ in range(100):
+    """A free port; for ``count`` > 1 (our nodes on p .. p + count - 1) a range checked free
+    below the ephemeral range, where outgoing connections do not take them meanwhile."""
+    if count == 1:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
-            base = int(s.getsockname()[1])
+            return int(s.getsockname()[1])
+    for _ in range(200):
+        base = random.randrange(20_000, 32_000 - count)
         try:
-            for extra in range(1, count):
+            for extra in range(count):
                 with socket.socket() as t:
                     t.bind(("127.0.0.1", base + extra))
         except OSError:
