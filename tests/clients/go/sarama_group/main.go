@@ -28,6 +28,7 @@ type handler struct {
 	expect int
 	done   chan struct{}
 	once   sync.Once
+	next   map[int32]int64 // per partition, the offset after the last message marked
 }
 
 func (h *handler) Setup(s sarama.ConsumerGroupSession) error {
@@ -48,6 +49,7 @@ func (h *handler) ConsumeClaim(s sarama.ConsumerGroupSession, claim sarama.Consu
 			return err
 		}
 		s.MarkMessage(msg, "")
+		h.next[msg.Partition] = msg.Offset + 1
 		h.seen++
 		if h.seen >= h.expect {
 			h.once.Do(func() { close(h.done) })
@@ -90,7 +92,7 @@ func main() {
 			log.Printf("consumer group error: %v", err)
 		}
 	}()
-	h := &handler{expect: *expect, done: make(chan struct{})}
+	h := &handler{expect: *expect, done: make(chan struct{}), next: map[int32]int64{}}
 	ctx, cancel := context.WithCancel(context.Background())
 	finished := make(chan error, 1)
 	go func() {
@@ -109,10 +111,64 @@ func main() {
 	case <-time.After(*timeout):
 		log.Fatalf("read %d of %d messages in %v", h.seen, *expect, *timeout)
 	}
+	// sarama 1.22 commits marked offsets on its interval (Consumer.Offsets.CommitInterval)
+	// and may drop those still pending when the group is closed: stay in the group, as a
+	// long-running consumer would, until the coordinator holds every offset marked.
+	waitForCommits(strings.Split(*brokers, ","), config, *group, *topic, h, *timeout)
 	cancel()
 	<-finished
 	if err := consumer.Close(); err != nil { // commits what was marked
 		log.Fatal(err)
 	}
 	fmt.Fprintf(os.Stderr, "read %d messages\n", h.seen)
+}
+
+// waitForCommits polls the group's coordinator (OffsetFetch v1) until it holds, for every
+// partition read, at least the offset after the last message marked.
+func waitForCommits(brokers []string, config *sarama.Config, group, topic string, h *handler, timeout time.Duration) {
+	client, err := sarama.NewClient(brokers, config)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer client.Close()
+	h.mu.Lock()
+	want := map[int32]int64{}
+	for p, o := range h.next {
+		want[p] = o
+	}
+	h.mu.Unlock()
+	deadline := time.Now().Add(timeout)
+	for {
+		if committedAll(client, group, topic, want) {
+			return
+		}
+		if time.Now().After(deadline) {
+			log.Fatalf("the coordinator did not hold the offsets marked (%v) within %v", want, timeout)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func committedAll(client sarama.Client, group, topic string, want map[int32]int64) bool {
+	coordinator, err := client.Coordinator(group)
+	if err != nil {
+		log.Printf("finding the coordinator: %v", err)
+		return false
+	}
+	request := &sarama.OffsetFetchRequest{ConsumerGroup: group, Version: 1}
+	for p := range want {
+		request.AddPartition(topic, p)
+	}
+	response, err := coordinator.FetchOffset(request)
+	if err != nil {
+		log.Printf("fetching offsets: %v", err)
+		return false
+	}
+	for p, offset := range want {
+		block := response.GetBlock(topic, p)
+		if block == nil || block.Err != sarama.ErrNoError || block.Offset < offset {
+			return false
+		}
+	}
+	return true
 }
