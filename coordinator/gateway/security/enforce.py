@@ -236,27 +236,25 @@ async def _offset_fetch_group(
     return {"group_id": group_id, "error_code": 0, "topics": shown}
 
 
-async def describe_groups(session: Session, v: int, body: dict[str, Any], call: Call) -> Any:
-    allowed = [g for g in body["groups"] if session.authorize(DESCRIBE, GROUP, g)]
+async def _describe(
+    session: Session,
+    body: dict[str, Any],
+    call: Call,
+    ids_field: str,
+    denied: dict[str, Any],
+) -> Any:
+    """DescribeGroups and ConsumerGroupDescribe: the groups the principal may DESCRIBE asked of
+    the back end, the rest answered ``denied`` (with their group id), in the order asked."""
+    allowed = [g for g in body[ids_field] if session.authorize(DESCRIBE, GROUP, g)]
     described = {}
     if allowed:
-        answer = await call({**body, "groups": allowed})
+        answer = await call({**body, ids_field: allowed})
         described = {g["group_id"]: g for g in answer["groups"]}
     groups = []
-    for group_id in body["groups"]:
+    for group_id in body[ids_field]:
         group = described.get(group_id)
         if group is None:
-            groups.append(
-                {
-                    "error_code": GROUP_DENIED,
-                    "group_id": group_id,
-                    "group_state": "",
-                    "protocol_type": "",
-                    "protocol_data": "",
-                    "members": [],
-                    "authorized_operations": apis.INT32_MIN,
-                }
-            )
+            groups.append({**denied, "group_id": group_id})
             continue
         if body.get("include_authorized_operations") and group["error_code"] == 0:
             group = {
@@ -265,6 +263,18 @@ async def describe_groups(session: Session, v: int, body: dict[str, Any], call: 
             }
         groups.append(group)
     return {"throttle_time": 0, "groups": groups}
+
+
+async def describe_groups(session: Session, v: int, body: dict[str, Any], call: Call) -> Any:
+    denied = {
+        "error_code": GROUP_DENIED,
+        "group_state": "",
+        "protocol_type": "",
+        "protocol_data": "",
+        "members": [],
+        "authorized_operations": apis.INT32_MIN,
+    }
+    return await _describe(session, body, call, "groups", denied)
 
 
 async def list_groups(session: Session, v: int, body: dict[str, Any], call: Call) -> Any:
@@ -426,36 +436,17 @@ async def consumer_group_heartbeat(
 async def consumer_group_describe(
     session: Session, v: int, body: dict[str, Any], call: Call
 ) -> Any:
-    allowed = [g for g in body["group_ids"] if session.authorize(DESCRIBE, GROUP, g)]
-    described = {}
-    if allowed:
-        answer = await call({**body, "group_ids": allowed})
-        described = {g["group_id"]: g for g in answer["groups"]}
-    groups = []
-    for group_id in body["group_ids"]:
-        group = described.get(group_id)
-        if group is None:
-            groups.append(
-                {
-                    "error_code": GROUP_DENIED,
-                    "error_message": errors.MESSAGES[GROUP_DENIED],
-                    "group_id": group_id,
-                    "group_state": "",
-                    "group_epoch": 0,
-                    "assignment_epoch": 0,
-                    "assignor_name": "",
-                    "members": [],
-                    "authorized_operations": apis.INT32_MIN,
-                }
-            )
-            continue
-        if body.get("include_authorized_operations") and group["error_code"] == 0:
-            group = {
-                **group,
-                "authorized_operations": session.authorized_operations(GROUP, group_id),
-            }
-        groups.append(group)
-    return {"throttle_time": 0, "groups": groups}
+    denied = {
+        "error_code": GROUP_DENIED,
+        "error_message": errors.MESSAGES[GROUP_DENIED],
+        "group_state": "",
+        "group_epoch": 0,
+        "assignment_epoch": 0,
+        "assignor_name": "",
+        "members": [],
+        "authorized_operations": apis.INT32_MIN,
+    }
+    return await _describe(session, body, call, "group_ids", denied)
 
 
 Check = Callable[[Session, int, dict[str, Any], Call], Awaitable[Any]]
