@@ -134,12 +134,13 @@ def slow_storage(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("sink_write", ["driver", "executors"])
 def test_readers_see_only_whole_batches_while_the_job_writes(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sink_write: str
 ) -> None:
     slow_storage(monkeypatch)
     warehouse = tmp_path / "warehouse"
-    job = LocalJob(load_settings([], warehouse=str(warehouse)))
+    job = LocalJob(load_settings([], warehouse=str(warehouse), sink_write=sink_write))
     job.run_batch(commits(0), 1_000)  # the tables exist before the reader starts
     observer = Observer(warehouse)
     reader = threading.Thread(target=observer.run)

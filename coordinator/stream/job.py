@@ -19,6 +19,7 @@ the first batch's requests.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -33,10 +34,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from coordinator.engine import CoordinatorNode
-from coordinator.log.records import record_from_bytes
 from coordinator.requests import parse
-from coordinator.stream import operator, ownership, rebuild, source
-from coordinator.stream.schema import TABLES, Warehouse
+from coordinator.stream import datafiles, operator, ownership, rebuild, source
+from coordinator.stream.schema import (
+    CONSUMER_OFFSETS,
+    REJECTED_REQUESTS,
+    RESPONSES,
+    TABLES,
+    Warehouse,
+)
 from coordinator.stream.settings import (
     CONF_DIR,
     CheckpointIdentity,
@@ -374,17 +380,28 @@ def fault_injection(spec: str | None) -> Callable[[str, int], None] | None:
 class BatchSink:
     """``foreachBatch``: evaluate the operator exactly once, split its rows, write the tables.
 
-    The DataFrame is collected once with ``toArrow()``: a second action would run the stateful
-    operator again, and not evaluating it at all fails the query (Spark 4 checks that every
-    state partition committed)."""
+    ``write_mode`` (``job.sink.write``): ``driver`` collects the batch once with ``toArrow()``
+    and writes every table from the driver; ``executors`` has each task write its rows' data
+    files and collects only their add actions (:meth:`write_on_executors`). Either way the
+    DataFrame is evaluated by exactly one action: a second one would run the stateful operator
+    again, and not evaluating it at all fails the query (Spark 4 checks that every state
+    partition committed). ``regroup``: the number of partitions to bring each offsets
+    partition's rows together in before executors write (needed when the operator is keyed by
+    group id; None when it is keyed by offsets partition)."""
 
     def __init__(
         self,
         sink: DeltaSink,
         after_write: Callable[[BatchFigures], None] | None = None,
         batch_id_base: int = 0,
+        write_mode: str = datafiles.DRIVER,
+        regroup: int | None = None,
     ) -> None:
+        if write_mode not in datafiles.SINK_WRITES:
+            raise ValueError(f"write_mode must be one of {datafiles.SINK_WRITES}: {write_mode!r}")
         self.sink = sink
+        self.write_mode = write_mode
+        self.regroup = regroup
         #: Spark's batch ``n`` is the warehouse's batch ``batch_id_base + n`` (the checkpoint's
         #: ``CheckpointIdentity.batch_id_base``): rows and app transactions carry that id, so a
         #: re-run batch maps to the same one and ids keep growing across rebuilt checkpoints.
@@ -420,6 +437,15 @@ class BatchSink:
             self._park(df, warehouse_batch)
         self.in_batch = True
         try:
+            if self.write_mode == datafiles.EXECUTORS:
+                try:
+                    self.write_on_executors(df, warehouse_batch)
+                except Exception:
+                    if self.stopping.is_set():
+                        # stop() could not wait for a gap and interrupted the batch mid-way.
+                        raise BatchAbandoned(warehouse_batch, "mapInArrow") from None
+                    raise
+                return
             try:
                 table = df.toArrow()
             except Exception:
@@ -452,71 +478,109 @@ class BatchSink:
 
     def write(self, rows: list[dict[str, Any]], batch_id: int) -> BatchFigures:
         """Write one batch's operator rows as warehouse batch ``batch_id`` (base included)."""
-        figures = BatchFigures(batch_id)
-        responses: list[tuple[str, int, dict[str, Any]]] = []
-        records: list[tuple[int, str, int, dict[str, Any]]] = []
-        groups: list[dict[str, Any]] = []
-        rejected: list[dict[str, Any]] = []
-        list_groups = []
-        emitted_at = 0
-        for row in rows:
-            kind = row["kind"]
-            emitted_at = row["timestamp_ms"]
-            if kind == operator.RESPONSE:
-                responses.append((row["group_id"], row["seq"], json.loads(row["body"])))
-            elif kind == operator.RECORD:
-                record = record_from_bytes(row["key"], row["value"])
-                if record is None:  # pragma: no cover - the engine writes only known types
-                    continue
-                record["offsets_partition"] = row["offsets_partition"]
-                record["timestamp_ms"] = row["timestamp_ms"]
-                records.append((row["offsets_partition"], row["group_id"], row["seq"], record))
-            elif kind == operator.GROUP:
-                groups.append(json.loads(row["body"]))
-            elif kind == operator.REJECTED:
-                rejected.append(json.loads(row["body"]))
-            elif kind == operator.LIST_GROUPS:
-                list_groups.append(parse(json.loads(row["body"])))
-            elif kind == operator.TICK:
-                figures.timers_fired += 1
-        # Spark hands partitions over in no promised order: sort by what the operator decided.
-        records.sort(key=lambda r: r[:3])
-        responses.sort(key=lambda r: r[:2])
-        groups.sort(key=lambda g: g["group_id"])
+        batch = datafiles.BatchRows.split(rows)
+        list_groups = [parse(json.loads(line)) for line in batch.list_groups]
         report = self.sink.write_batch(
             batch_id,
-            records=[r[3] for r in records],
-            responses=[r[2] for r in responses],
-            groups=groups,
-            rejected=rejected,
+            records=batch.records,
+            responses=batch.responses,
+            groups=batch.groups,
+            rejected=batch.rejected,
             list_groups=list_groups,
-            emitted_at_ms=emitted_at,
+            emitted_at_ms=batch.emitted_at_ms,
             written_at_ms=int(time.time() * 1000),
         )
-        figures.responses = len(responses) + len(list_groups)
-        figures.records = len(records)
-        figures.groups = len(groups)
-        figures.rejected = len(rejected)
-        figures.skipped_tables = list(report.tables_skipped)
-        figures.write_ms = report.write_ms
+        figures = BatchFigures(
+            batch_id,
+            responses=len(batch.responses) + len(list_groups),
+            records=len(batch.records),
+            groups=len(batch.groups),
+            timers_fired=batch.timers_fired,
+            rejected=len(batch.rejected),
+        )
         if self.metrics is not None:
             self.metrics.batch_written(
-                [r[3] for r in records],
-                [r[2] for r in responses],
-                groups,
-                rejected,
+                batch.records,
+                batch.responses,
+                batch.groups,
+                batch.rejected,
                 list_groups,
                 report.table_ms,
                 replayed=bool(report.tables_skipped),
             )
+        return self._written(figures, report, batch.rows)
+
+    def write_on_executors(self, df: Any, batch_id: int) -> BatchFigures:
+        """``job.sink.write=executors``: every task writes its rows' data files
+        (:func:`datafiles.write_partition`), the driver gathers their add actions and commits
+        each table once (:meth:`commit_files`). The DataFrame is still evaluated once: the
+        files' metadata is the one action's result."""
+        plan = self.plan_files(batch_id)
+        frame = df
+        if self.regroup is not None:
+            # Keyed by group id, one offsets partition's records are spread over the tasks:
+            # bring each partition's rows together so that one task numbers its offsets.
+            frame = df.repartition(self.regroup, "offsets_partition")
+        meta = frame.mapInArrow(
+            functools.partial(datafiles.write_partition, plan=plan), datafiles.META_DDL
+        ).toArrow()
+        return self.commit_files(meta, plan)
+
+    def plan_files(self, batch_id: int) -> datafiles.FilePlan:
+        """What the tasks of warehouse batch ``batch_id`` write under (see :meth:`DeltaSink.file_plan`)."""
+        return self.sink.file_plan(
+            batch_id, int(time.time() * 1000), digests=self.metrics is not None
+        )
+
+    def commit_files(self, meta: Any, plan: datafiles.FilePlan) -> BatchFigures:
+        """Commit the data files a batch's tasks wrote under ``plan`` (``meta``: their
+        :data:`datafiles.META_SCHEMA` rows, all tasks together), one transaction per table."""
+        batch_id, written_at = plan.batch_id, plan.written_at_ms
+        files = datafiles.BatchFiles.gather(meta)
+        list_groups = [parse(json.loads(line)) for line in files.list_groups]
+        report = self.sink.write_batch(
+            batch_id,
+            records=[],
+            responses=[],
+            groups=files.groups,
+            rejected=[],
+            list_groups=list_groups,
+            emitted_at_ms=files.emitted_at_ms,
+            written_at_ms=written_at,
+            files=files,
+        )
+        figures = BatchFigures(
+            batch_id,
+            responses=files.responses + len(list_groups),
+            records=files.records,
+            groups=len(files.groups),
+            timers_fired=files.timers_fired,
+            rejected=files.rejected,
+        )
+        if self.metrics is not None:
+            self.metrics.batch_written(
+                files.digests.get(CONSUMER_OFFSETS, []),
+                files.digests.get(RESPONSES, []),
+                files.groups,
+                files.digests.get(REJECTED_REQUESTS, []),
+                list_groups,
+                report.table_ms,
+                replayed=bool(report.tables_skipped),
+            )
+        return self._written(figures, report, files.rows)
+
+    def _written(self, figures: BatchFigures, report: Any, rows: int) -> BatchFigures:
+        """After a batch's tables are written, either way: figures, hooks, test faults."""
+        figures.skipped_tables = list(report.tables_skipped)
+        figures.write_ms = report.write_ms
         with self._lock:
-            self.figures[batch_id] = figures
-            if len(rows) > figures.timers_fired:
+            self.figures[figures.batch_id] = figures
+            if rows > figures.timers_fired:
                 self.last_activity = time.monotonic()
         if self.after_write is not None:
             self.after_write(figures)
-        if self.fault is not None and len(rows) > figures.timers_fired:
-            self.fault("write", batch_id)
+        if self.fault is not None and rows > figures.timers_fired:
+            self.fault("write", figures.batch_id)
         return figures
 
     def pop_figures(self, batch_id: int) -> BatchFigures | None:
@@ -844,6 +908,8 @@ def batch_sink(
         DeltaSink(job.paths.tables, identity.app_id, housekeeping, owner),
         after_write,
         identity.batch_id_base,
+        job.sink_write,
+        job.shards if job.state_key == operator.GROUP_KEY else None,
     )
 
 

@@ -3,7 +3,11 @@
 :class:`LocalJob` does per batch what the Spark job does, with the same pieces: the operator's
 per-group step (:func:`coordinator.stream.operator.run_shard`, every group in one shard), the
 same ``foreachBatch`` writer (:class:`coordinator.stream.job.BatchSink`) and so the same Delta
-tables, app transactions and checkpoint identity. What it leaves out is what Spark adds: the
+tables, app transactions and checkpoint identity. With ``job.sink.write=executors`` it writes as
+the job's tasks do: the batch's rows are cut into ``job.shards`` parts by offsets partition (as
+Spark's shuffle cuts them), each part goes through the task function
+(:func:`coordinator.stream.datafiles.write_partition`), and the sink commits the files they
+wrote. What it leaves out is what Spark adds: the
 inbox source (it reads the inbox directly), the state store (state lives in memory, so a ``LocalJob`` does not survive its
 process) and the trigger (the caller says when a batch runs, and at what time).
 
@@ -20,9 +24,11 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+import pyarrow as pa
+
 from coordinator import jsonio
 from coordinator.client.transport import AnswerQueue, Callback, Clock
-from coordinator.stream import operator
+from coordinator.stream import datafiles, operator
 from coordinator.stream.client import decode_response
 from coordinator.stream.job import BatchSink, batch_sink, operator_settings
 from coordinator.stream.operator import OUTPUT_COLUMNS, InboxLine
@@ -74,9 +80,28 @@ class LocalJob:
         self.state = outcome.state
         self.internal_errors.extend(outcome.internal_errors)
         rows = [dict(zip(OUTPUT_COLUMNS, row, strict=True)) for row in outcome.rows]
-        self.sink.write(rows, self.batch_id)
+        if self.settings.job.sink_write == datafiles.EXECUTORS:
+            self._write_as_tasks(rows)
+        else:
+            self.sink.write(rows, self.batch_id)
         self.batch_id += 1
         return [decode_response(r) for r in rows if r["kind"] == operator.RESPONSE]
+
+    def _write_as_tasks(self, rows: list[dict[str, Any]]) -> None:
+        plan = self.sink.plan_files(self.batch_id)
+        tasks = self.settings.job.shards
+        parts: list[list[dict[str, Any]]] = [[] for _ in range(tasks)]
+        for row in rows:
+            parts[row["offsets_partition"] % tasks].append(row)
+        output = datafiles.OPERATOR_SCHEMA
+        meta = [
+            batch
+            for part in parts
+            for batch in datafiles.write_partition(
+                iter([pa.RecordBatch.from_pylist(part, schema=output)]), plan
+            )
+        ]
+        self.sink.commit_files(pa.Table.from_batches(meta, schema=datafiles.META_SCHEMA), plan)
 
     def poll_inbox(self, now_ms: int) -> int:
         """One micro-batch of every file in the inbox (hidden names skipped, as Spark's file

@@ -28,6 +28,7 @@ from typing import Any
 
 from coordinator.cli.settings import read_properties
 from coordinator.config import CoordinatorConfig
+from coordinator.stream.datafiles import SINK_WRITES
 from coordinator.stream.operator import KEY_MODES
 from coordinator.stream.retention import Retention
 from coordinator.stream.schema import Warehouse
@@ -76,6 +77,10 @@ class JobSettings:
     #: ``rocksdb`` (RocksDBStateStoreProvider with changelog checkpointing); fixed per
     #: checkpoint (Spark pins the provider in it too).
     state_store: str = HDFS_STORE
+    #: Where a batch's rows become Delta data files (:mod:`coordinator.stream.datafiles`):
+    #: ``driver`` (collected on the driver, written there) or ``executors`` (each task writes
+    #: its rows' files, the driver commits their add actions, one transaction per table).
+    sink_write: str = "driver"
     #: Request files per micro-batch, at most (:mod:`coordinator.stream.source`).
     max_files_per_trigger: int = 1000
     #: The longest inbox line read as a request, in bytes (Kafka's ``max.request.size``
@@ -129,6 +134,10 @@ class JobSettings:
         if self.state_key not in KEY_MODES:
             raise ValueError(f"job.state.key must be one of {KEY_MODES}, got {self.state_key!r}")
         state_store_confs(self.state_store)
+        if self.sink_write not in SINK_WRITES:
+            raise ValueError(
+                f"job.sink.write must be one of {', '.join(SINK_WRITES)}, got {self.sink_write!r}"
+            )
         if self.clean_source not in ("archive", "delete", "off"):
             raise ValueError(
                 f"job.clean.source must be archive, delete or off: {self.clean_source!r}"

@@ -68,11 +68,19 @@ from typing import Any
 import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, Field, Transaction, write_deltalake
 
-from coordinator import jsonio
 from coordinator.engine import list_groups_response
-from coordinator.log.records import RECORD_FIELDS
 from coordinator.requests import Request
 from coordinator.stream import schema
+from coordinator.stream.datafiles import (
+    BatchFiles,
+    DataFile,
+    FilePlan,
+    group_table,
+    log_table,
+    rejected_table,
+    responses_table,
+    write_files,
+)
 from coordinator.stream.delta_read import read_table
 from coordinator.stream.ownership import EPOCH_PROPERTY, Ownership, OwnershipLost
 from coordinator.stream.retention import DEFAULT_RETENTION, Retainer, Retention
@@ -91,10 +99,6 @@ DEAD = "Dead"
 #: switch off delta-rs's retention check.
 DEFAULT_DELETED_FILE_RETENTION_HOURS = 168.0
 
-_LOG_COLUMNS = [name for name in RECORD_FIELDS if name != "offset"]
-_GROUP_COLUMNS = [
-    n for n in schema.GROUP_STATE_SCHEMA.names if n not in ("batch_id", "updated_at_ms")
-]
 _MERGE_PREDICATE = "t.group_id = s.group_id"
 
 
@@ -214,6 +218,7 @@ class DeltaSink:
         list_groups: list[Request],
         emitted_at_ms: int,
         written_at_ms: int,
+        files: BatchFiles | None = None,
     ) -> BatchReport:
         """Commit one micro-batch to every table that has rows for it and does not hold it yet.
 
@@ -222,6 +227,13 @@ class DeltaSink:
         one deleting the group's row; ``emitted_at_ms`` is the batch's clock (Spark's batch
         timestamp, the same on a replay), ``written_at_ms`` the wall clock of this write.
 
+        With ``files`` (``job.sink.write=executors``), the rows of ``consumer_offsets``,
+        ``rejected_requests``, ``group_history`` and ``responses`` are already in data files
+        that the batch's tasks wrote (under :meth:`file_plan`'s plan): each table's commit adds
+        those files instead (``records``, ``responses`` and ``rejected`` are then empty); the
+        ``group_state`` MERGE and the ListGroups answers are made here from ``groups`` and
+        ``list_groups`` either way.
+
         Raises on any Delta failure, so that the batch fails and Spark re-runs it; the replay
         then completes the tables this call did not reach."""
         report = BatchReport(batch_id)
@@ -229,14 +241,15 @@ class DeltaSink:
             self._load()
         try:
             started = time.perf_counter()
-            if records or responses or groups or rejected or list_groups:
+            anything = records or responses or groups or rejected or list_groups
+            if anything or (files is not None and files.anything):
                 self._check_order(batch_id)
-                self._write_log(batch_id, records, written_at_ms, report)
-                self._write_rejected(batch_id, rejected, emitted_at_ms, report)
-                self._write_group_history(batch_id, groups, emitted_at_ms, report)
+                self._write_log(batch_id, records, written_at_ms, report, files)
+                self._write_rejected(batch_id, rejected, emitted_at_ms, report, files)
+                self._write_group_history(batch_id, groups, emitted_at_ms, report, files)
                 self._write_group_state(batch_id, groups, emitted_at_ms, report)
                 self._write_responses(
-                    batch_id, responses, list_groups, emitted_at_ms, written_at_ms, report
+                    batch_id, responses, list_groups, emitted_at_ms, written_at_ms, report, files
                 )
             report.write_ms = _ms_since(started)
         except OwnershipLost:
@@ -256,6 +269,29 @@ class DeltaSink:
         wrote partitions this sink now writes)."""
         self._tables_stale = True
 
+    def file_plan(self, batch_id: int, written_at_ms: int, digests: bool = False) -> FilePlan:
+        """What the tasks of batch ``batch_id`` need to write its data files
+        (``job.sink.write=executors``): the tables that already hold the batch (a replay writes
+        none of their files) and the log's end offsets. Raises ``BatchOrderError`` as
+        :meth:`write_batch` does."""
+        if self._tables_stale:
+            self._load()
+        try:
+            self._check_order(batch_id)
+            versions = {n: t.transaction_version(self.app_id) for n, t in self._tables.items()}
+            skip = tuple(n for n, v in versions.items() if v is not None and v >= batch_id)
+        except BaseException:
+            self._tables_stale = True
+            raise
+        return FilePlan(
+            batch_id,
+            str(self.tables_dir),
+            skip,
+            dict(self._log_end),
+            written_at_ms,
+            digests,
+        )
+
     def last_batch(self) -> int | None:
         """The last batch present in every table (see the module docstring)."""
         if self._tables_stale:
@@ -269,46 +305,63 @@ class DeltaSink:
     # --- the tables, in commit order ------------------------------------------------------------
 
     def _write_log(
-        self, batch_id: int, records: list[dict[str, Any]], written_at_ms: int, report: BatchReport
+        self,
+        batch_id: int,
+        records: list[dict[str, Any]],
+        written_at_ms: int,
+        report: BatchReport,
+        files: BatchFiles | None = None,
     ) -> None:
-        if not records or self._replayed(CONSUMER_OFFSETS, batch_id, report):
+        written = files.files.get(CONSUMER_OFFSETS) if files is not None else None
+        if not (records or written) or self._replayed(CONSUMER_OFFSETS, batch_id, report):
             return
-        columns: dict[str, list[Any]] = {name: [r[name] for r in records] for name in _LOG_COLUMNS}
-        log_end = dict(self._log_end)
-        offsets = []
-        for partition in columns["offsets_partition"]:
-            offset = log_end.get(partition, 0)
-            offsets.append(offset)
-            log_end[partition] = offset + 1
-        columns["offset"] = offsets
-        columns["batch_id"] = [batch_id] * len(records)
-        columns["written_at_ms"] = [written_at_ms] * len(records)
-        self._append(CONSUMER_OFFSETS, columns, batch_id, report)
+        if files is not None:
+            self._commit_files(CONSUMER_OFFSETS, written or [], batch_id, report)
+            # Only now: a failed or skipped commit must leave the numbering where the table is.
+            self._log_end.update(files.log_end)
+            report.records_written = files.rows_in(CONSUMER_OFFSETS)
+            return
+        data, ends = log_table(records, self._log_end, batch_id, written_at_ms)
+        self._append(CONSUMER_OFFSETS, data, batch_id, report)
         # Only now: a failed or skipped commit must leave the numbering where the table is.
-        self._log_end = log_end
+        self._log_end.update(ends)
         report.records_written = len(records)
 
     def _write_rejected(
-        self, batch_id: int, rejected: list[dict[str, Any]], at_ms: int, report: BatchReport
+        self,
+        batch_id: int,
+        rejected: list[dict[str, Any]],
+        at_ms: int,
+        report: BatchReport,
+        files: BatchFiles | None = None,
     ) -> None:
-        if not rejected or self._replayed(REJECTED_REQUESTS, batch_id, report):
+        written = files.files.get(REJECTED_REQUESTS) if files is not None else None
+        if not (rejected or written) or self._replayed(REJECTED_REQUESTS, batch_id, report):
             return
-        columns = {
-            name: [r.get(name) for r in rejected] for name in ("raw", "source_file", "reason")
-        }
-        columns["batch_id"] = [batch_id] * len(rejected)
-        # The batch's clock rather than the wall clock: a replay writes the same row.
-        columns["rejected_at_ms"] = [at_ms] * len(rejected)
-        self._append(REJECTED_REQUESTS, columns, batch_id, report)
+        if files is not None:
+            self._commit_files(REJECTED_REQUESTS, written or [], batch_id, report)
+            report.rejected_written = files.rows_in(REJECTED_REQUESTS)
+            return
+        self._append(REJECTED_REQUESTS, rejected_table(rejected, batch_id, at_ms), batch_id, report)
         report.rejected_written = len(rejected)
 
     def _write_group_history(
-        self, batch_id: int, groups: list[dict[str, Any]], at_ms: int, report: BatchReport
+        self,
+        batch_id: int,
+        groups: list[dict[str, Any]],
+        at_ms: int,
+        report: BatchReport,
+        files: BatchFiles | None = None,
     ) -> None:
         """Every summary of the batch, in order, Dead ones included: one append."""
-        if not groups or self._replayed(GROUP_HISTORY, batch_id, report):
+        written = files.files.get(GROUP_HISTORY) if files is not None else None
+        if not (groups or written) or self._replayed(GROUP_HISTORY, batch_id, report):
             return
-        self._append(GROUP_HISTORY, _group_columns(groups, batch_id, at_ms), batch_id, report)
+        if files is not None:
+            self._commit_files(GROUP_HISTORY, written or [], batch_id, report)
+            report.history_written = files.rows_in(GROUP_HISTORY)
+            return
+        self._append(GROUP_HISTORY, group_table(groups, batch_id, at_ms), batch_id, report)
         report.history_written = len(groups)
 
     def _write_group_state(
@@ -322,7 +375,7 @@ class DeltaSink:
             return
         # A MERGE rejects two source rows for one target row: the last summary wins.
         latest = list({g["group_id"]: g for g in groups}.values())
-        source = pa.table(_group_columns(latest, batch_id, at_ms), schema=schema.GROUP_STATE_SCHEMA)
+        source = group_table(latest, batch_id, at_ms)
         started = time.perf_counter()
         self._fence(GROUP_STATE)
         metrics = (
@@ -356,6 +409,7 @@ class DeltaSink:
         emitted_at_ms: int,
         written_at_ms: int,
         report: BatchReport,
+        files: BatchFiles | None = None,
     ) -> None:
         """The batch's responses, then the ListGroups answers; always one commit, even empty,
         because this commit is the batch's completion marker (module docstring)."""
@@ -365,19 +419,16 @@ class DeltaSink:
         if list_groups:
             rows = self._group_rows()
             answered.extend(list_groups_response(request, rows) for request in list_groups)
-        columns: dict[str, list[Any]] = {
-            "api": [r["api"] for r in answered],
-            "request_id": [schema.response_request_id(r["request_id"]) for r in answered],
-            "group_id": [r["group_id"] for r in answered],
-            "error_code": [r["error_code"] for r in answered],
-            "error": [r["error"] for r in answered],
-            "body": [jsonio.dumps(r) for r in answered],
-            "batch_id": [batch_id] * len(answered),
-            "emitted_at_ms": [emitted_at_ms] * len(answered),
-            "written_at_ms": [written_at_ms] * len(answered),
-        }
-        self._append(RESPONSES, columns, batch_id, report)
-        report.responses_written = len(answered)
+        data = responses_table(answered, batch_id, emitted_at_ms, written_at_ms)
+        if files is None:
+            self._append(RESPONSES, data, batch_id, report)
+            report.responses_written = len(answered)
+            return
+        # The tasks' files, and one written here with the ListGroups answers.
+        written = list(files.files.get(RESPONSES, ()))
+        written += write_files(self.tables_dir / RESPONSES, RESPONSES, data, batch_id)
+        self._commit_files(RESPONSES, written, batch_id, report)
+        report.responses_written = sum(f.num_rows for f in written)
 
     def _group_rows(self) -> list[tuple[str, str | None, str, str]]:
         """(group id, protocol type, state, group type) of every live group, by group id."""
@@ -414,17 +465,37 @@ class DeltaSink:
             return True
         return False
 
-    def _append(
-        self, name: str, columns: dict[str, list[Any]], batch_id: int, report: BatchReport
-    ) -> None:
+    def _append(self, name: str, data: pa.Table, batch_id: int, report: BatchReport) -> None:
         started = time.perf_counter()
         self._fence(name)
         write_deltalake(
             self._tables[name],
-            pa.table(columns, schema=schema.TABLE_SCHEMAS[name]),
+            data,
             mode="append",
             commit_properties=self._commit_properties(batch_id),
         )
+        self._committed(name, batch_id, report, started)
+
+    def _commit_files(
+        self, name: str, files: list[DataFile], batch_id: int, report: BatchReport
+    ) -> None:
+        """One commit adding data files already in the table's directory (an empty list still
+        commits: the app transaction alone). delta-rs does not advance the table object on
+        this path, so it is brought up to the new version (one log file read)."""
+        started = time.perf_counter()
+        self._fence(name)
+        table = self._tables[name]
+        table.create_write_transaction(
+            [f.add_action() for f in files],
+            "append",
+            table.schema(),
+            partition_by=schema.PARTITION_BY.get(name),
+            commit_properties=self._commit_properties(batch_id),
+        )
+        table.update_incremental()
+        self._committed(name, batch_id, report, started)
+
+    def _committed(self, name: str, batch_id: int, report: BatchReport, started: float) -> None:
         report.table_ms[name] = _ms_since(started)
         report.tables_written.append(name)
         if self.after_commit is not None:
@@ -512,15 +583,6 @@ class DeltaSink:
             return
         if detail is not None:
             report.housekeeping.append(f"retention archive: {_ms_since(started):.1f} ms ({detail})")
-
-
-def _group_columns(groups: list[dict[str, Any]], batch_id: int, at_ms: int) -> dict[str, list[Any]]:
-    """Group summaries as the columns of ``group_state`` / ``group_history`` (absent = null)."""
-    columns = {name: [g.get(name) for g in groups] for name in _GROUP_COLUMNS}
-    # The batch's clock rather than the wall clock: a replay writes the same row.
-    columns["updated_at_ms"] = [at_ms] * len(groups)
-    columns["batch_id"] = [batch_id] * len(groups)
-    return columns
 
 
 # --- readers ------------------------------------------------------------------------------------
