@@ -54,10 +54,11 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 import pyarrow as pa
 import pytest
@@ -130,8 +131,10 @@ def kind_of(cmdline: str) -> str:
 class JobProcess:
     """``python -m coordinator run`` in its own session (its pid is the session id)."""
 
-    def __init__(self, warehouse: Path, conf: Path, logs: Path) -> None:
+    def __init__(self, warehouse: Path, conf: Path, logs: Path, extra: Sequence[str] = ()) -> None:
         self.warehouse = warehouse
+        #: More ``coordinator run`` arguments (a master, ``--set`` settings).
+        self.extra = list(extra)
         self.conf = conf
         self.logs = logs
         self.runs = 0
@@ -163,6 +166,7 @@ class JobProcess:
             "200",
             "--shards",
             "2",
+            *self.extra,
         ]
         with self.log_path.open("wb") as out:
             self.proc = subprocess.Popen(
@@ -471,9 +475,9 @@ def repeated_app_transactions(warehouse: Warehouse) -> dict[str, int]:
 # --- the test ---------------------------------------------------------------------------------
 
 
-def kill_schedule(kills: int) -> list[str]:
+def kill_schedule(kills: int, targets_odds: Mapping[str, float] = TARGETS) -> list[str]:
     """Every target once (then again in turn), wall-clock kills spread among them."""
-    targets = list(TARGETS)
+    targets = list(targets_odds)
     walls = max(kills - len(targets), 1)
     picked = [targets[i % len(targets)] for i in range(kills - walls)]
     schedule: list[str] = []
@@ -484,6 +488,19 @@ def kill_schedule(kills: int) -> list[str]:
 
 
 def test_the_job_survives_repeated_kill_9_exactly_once(tmp_path: Path) -> None:
+    kill_loop(tmp_path, KILLS)
+
+
+def kill_loop(
+    tmp_path: Path,
+    kills_wanted: int,
+    targets: Mapping[str, float] = TARGETS,
+    job_args: Sequence[str] = (),
+) -> dict[str, Any]:
+    """The test: ``kills_wanted`` kills (every one of ``targets`` at least once, the rest
+    wall-clock) of ``coordinator run`` with ``job_args``, then the checks; returns the
+    report. After the checks, one vacuum of every table keeps exactly the files the tables
+    reference: whatever a killed batch wrote and never committed goes with it."""
     began = time.monotonic()
     rng = random.Random()
     warehouse_dir = tmp_path / "warehouse"
@@ -491,7 +508,7 @@ def test_the_job_survives_repeated_kill_9_exactly_once(tmp_path: Path) -> None:
     conf.write_text("group.initial.rebalance.delay.ms=0\n")
     logs = tmp_path / "logs"
     logs.mkdir()
-    job = JobProcess(warehouse_dir, conf, logs)
+    job = JobProcess(warehouse_dir, conf, logs, job_args)
     load = Workload(warehouse_dir)
     warehouse = load.paths
     kills: Counter[str] = Counter()
@@ -511,12 +528,12 @@ def test_the_job_survives_repeated_kill_9_exactly_once(tmp_path: Path) -> None:
         job.start(None)
         wait_ready("first start")
         assert load.pump(240, load.groups_stable), f"the groups did not form:\n{load.describe()}"
-        schedule = kill_schedule(KILLS)
+        schedule = kill_schedule(kills_wanted, targets)
         extra = 0
         while schedule:
             kind = schedule.pop(0)
             if job.proc is None:
-                job.start(None if kind == WALL_CLOCK else f"{kind}:{TARGETS[kind]}")
+                job.start(None if kind == WALL_CLOCK else f"{kind}:{targets[kind]}")
                 wait_ready(f"run {job.runs}")
             started = job.started_at
             if kind == WALL_CLOCK:
@@ -555,7 +572,7 @@ def test_the_job_survives_repeated_kill_9_exactly_once(tmp_path: Path) -> None:
             # the hook), or, after the last kill, a clean start.
             next_kind = schedule[0] if schedule else None
             job.start(
-                None if next_kind in (None, WALL_CLOCK) else f"{next_kind}:{TARGETS[next_kind]}"
+                None if next_kind in (None, WALL_CLOCK) else f"{next_kind}:{targets[next_kind]}"
             )
             wait_ready(f"run {job.runs}")
             if job.ready_at is not None:
@@ -740,8 +757,8 @@ def test_the_job_survives_repeated_kill_9_exactly_once(tmp_path: Path) -> None:
     if os.environ.get(REPORT_ENV):
         Path(os.environ[REPORT_ENV]).write_text(json.dumps(report, indent=2) + "\n")
 
-    assert sum(kills.values()) >= min(KILLS, 10)
-    missing = [kind for kind in [WALL_CLOCK, *TARGETS] if not kills[kind]]
+    assert sum(kills.values()) >= min(kills_wanted, 10)
+    missing = [kind for kind in [WALL_CLOCK, *targets] if not kills[kind]]
     assert not missing, f"kill points never reached: {missing} ({report['kills_by_kind']})"
     assert not duplicate_responses, duplicate_responses
     assert not lost_responses, lost_responses[:20]
@@ -754,3 +771,29 @@ def test_the_job_survives_repeated_kill_9_exactly_once(tmp_path: Path) -> None:
     assert not any(repeated_txns.values()), repeated_txns
     assert not group_problems, group_problems
     assert acknowledged and len(load.client.received) > 0
+    vacuumed = {name: vacuum_everything_unreferenced(warehouse.table(name)) for name in TABLES}
+    report["unreferenced_files_vacuumed"] = vacuumed
+    return report
+
+
+def vacuum_everything_unreferenced(table_dir: Path) -> int:
+    """Vacuum a table (full, no retention) and check that exactly the files its current
+    version references are left; returns how many files went."""
+    from coordinator.stream.sink import _vacuum
+
+    table = DeltaTable(str(table_dir))
+    before = data_files(table_dir)
+    _vacuum(table, 0)
+    left = data_files(table_dir)
+    paths = pa.table(table.get_add_actions()).column("path").to_pylist()
+    assert left == {unquote(p) for p in paths}, table_dir
+    return len(before - left)
+
+
+def data_files(table_dir: Path) -> set[str]:
+    """Every parquet file in a table's directory, relative to it."""
+    return {
+        str(p.relative_to(table_dir))
+        for p in table_dir.rglob("*.parquet")
+        if "_delta_log" not in p.parts
+    }
