@@ -12,6 +12,7 @@ cluster (tests/test_stream_standalone.py).
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
@@ -87,6 +88,24 @@ def data_files(table_dir: Path) -> set[str]:
 def referenced(table_dir: Path) -> set[str]:
     paths = pa.table(DeltaTable(table_dir).get_add_actions()).column("path").to_pylist()
     return {unquote(p) for p in paths}
+
+
+def batch_files(table_dir: Path) -> list[str]:
+    """The data files that the table's batch commits (those with an app transaction) added."""
+    added = []
+    for commit_file in sorted((table_dir / "_delta_log").glob("*.json")):
+        actions = [json.loads(line) for line in commit_file.read_text().splitlines() if line]
+        if any("txn" in action for action in actions):
+            added += [action["add"]["path"] for action in actions if "add" in action]
+    return added
+
+
+def written_by_the_tasks(table_dir: Path) -> bool:
+    """Whether the table's batches were written by the job's own file writer (named
+    ``part-<batch>-<uuid>``), none by delta-rs's ``write_deltalake`` (``part-00000-<uuid>``).
+    Compaction's files are delta-rs's: only what batch commits added counts."""
+    paths = batch_files(table_dir)
+    return bool(paths) and all(re.search(r"part-\d{12}-", p) for p in paths)
 
 
 def record_rows(job: LocalJob) -> list[list[dict[str, Any]]]:
@@ -236,3 +255,44 @@ def test_two_tasks_with_records_of_one_offsets_partition_are_refused(tmp_path: P
 def test_an_unknown_sink_write_is_refused() -> None:
     with pytest.raises(ValueError, match=r"job\.sink\.write must be one of driver, executors"):
         load_settings([], {"job.sink.write": "workers"})
+
+
+# --- the Spark job (local[2]: tasks in the driver's JVM, their Python workers apart) -----------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("state_key", ["shard", "group"])
+def test_the_spark_job_writes_from_its_tasks_with_either_state_key(
+    spark: Any, tmp_path: Path, state_key: str
+) -> None:
+    from tests.stream_support import RunningCoordinator
+
+    coordinator = RunningCoordinator(
+        spark,
+        tmp_path / "warehouse",
+        sink_write="executors",
+        state_key=state_key,
+        coordinator={"offsets.topic.num.partitions": "5"},
+    ).start()
+    try:
+        answers = coordinator.requests(
+            [r for r in batch_requests(0) if isinstance(r, dict)], timeout_s=180
+        )
+        assert all(a["error"] is None for a in answers), answers
+        coordinator.client.submit([r for r in batch_requests(1) if isinstance(r, dict)])
+        listed = coordinator.request({"api": "list_groups", "request_id": "last-list"})
+        assert sorted(g["group_id"] for g in listed["groups"]) == GROUPS
+    finally:
+        coordinator.stop()
+    tables = tmp_path / "warehouse" / "tables"
+    log = pa.table(DeltaTable(tables / CONSUMER_OFFSETS).to_pyarrow_table())
+    by_partition: dict[int, list[int]] = {}
+    for partition, offset in zip(
+        log.column("offsets_partition").to_pylist(), log.column("offset").to_pylist(), strict=True
+    ):
+        by_partition.setdefault(partition, []).append(offset)
+    assert len(by_partition) > 1
+    for offsets in by_partition.values():
+        assert sorted(offsets) == list(range(len(offsets)))
+    assert written_by_the_tasks(tables / CONSUMER_OFFSETS)
+    assert written_by_the_tasks(tables / RESPONSES)

@@ -18,7 +18,6 @@ mode) and only committed by the driver.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import subprocess
@@ -32,6 +31,7 @@ import pytest
 from coordinator.bench.cluster import StandaloneCluster
 from coordinator.stream.client import StreamClient
 from coordinator.stream.schema import CONSUMER_OFFSETS, RESPONSES
+from tests.test_executor_writes import written_by_the_tasks
 from tests.test_kill_recovery import kill_loop
 from tests.test_stream_job import commit, fetch, heartbeat, join, sync
 
@@ -49,24 +49,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneClus
         workers=2, cores=1, memory="1g", directory=tmp_path_factory.mktemp("cluster")
     ) as running:
         yield running
-
-
-def batch_files(table_dir: Path) -> list[str]:
-    """The data files that the table's batch commits (those with an app transaction) added."""
-    added = []
-    for commit_file in sorted((table_dir / "_delta_log").glob("*.json")):
-        actions = [json.loads(line) for line in commit_file.read_text().splitlines() if line]
-        if any("txn" in action for action in actions):
-            added += [action["add"]["path"] for action in actions if "add" in action]
-    return added
-
-
-def written_by_the_tasks(table_dir: Path) -> bool:
-    """Whether the table's batches were written by the job's own file writer (named
-    ``part-<batch>-<uuid>``), none by delta-rs's ``write_deltalake`` (``part-00000-<uuid>``).
-    Compaction's files are delta-rs's: only what batch commits added counts."""
-    paths = batch_files(table_dir)
-    return bool(paths) and all(re.search(r"part-\d{12}-", p) for p in paths)
 
 
 def test_a_group_forms_and_commits_with_writes_on_the_executors(

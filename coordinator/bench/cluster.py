@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -191,3 +192,271 @@ class StandaloneCluster:
     ) -> Any:
         self.stop()
         return None
+
+
+# --- the benchmark: where the sink's work goes -----------------------------------------------
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of a live process (all its threads, and its reaped children)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0.0
+    fields = stat[stat.rindex(")") + 2 :].split()
+    # utime, stime, cutime, cstime: fields 14-17 of stat(5), 12-15 after the state.
+    ticks = sum(int(f) for f in fields[11:15])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def session_cpu(sessions: set[int], exclude: frozenset[int] | set[int] = frozenset()) -> float:
+    """CPU seconds so far of every live process of ``sessions`` but ``exclude``."""
+    from coordinator.bench.soak import processes
+
+    return sum(
+        cpu_seconds(pid)
+        for pid, proc in processes().items()
+        if proc.session in sessions and pid not in exclude and proc.state not in ("Z", "X")
+    )
+
+
+@dataclass(frozen=True)
+class ClusterBenchOptions:
+    groups: int = 20
+    members: int = 5
+    #: Each member's heartbeat interval; 0 = closed loop (capacity).
+    heartbeat_ms: int = 0
+    seconds: float = 60.0
+    warmup_seconds: float = 20.0
+    drain_seconds: float = 30.0
+    #: ``job.sink.write`` values, run one after the other on the same cluster.
+    writes: tuple[str, ...] = ("driver", "executors")
+    workers: int = 2
+    cores: int = 1
+    worker_memory: str = "1g"
+    shards: int = 2
+    trigger_interval_ms: int = 200
+    session_timeout_ms: int = 60_000
+    #: A master to use instead of starting a standalone cluster (e.g. ``local[2]``).
+    master: str | None = None
+    warehouse: str | None = None
+
+    def __post_init__(self) -> None:
+        from coordinator.stream.datafiles import SINK_WRITES
+
+        unknown = [w for w in self.writes if w not in SINK_WRITES]
+        if unknown or not self.writes:
+            raise ValueError(f"--writes are {', '.join(SINK_WRITES)}")
+        if self.groups < 1 or self.members < 1 or self.seconds <= 0:
+            raise ValueError("--groups, --members and --seconds must be positive")
+
+
+class _Process:
+    """What :class:`coordinator.bench.stream.Load` asks of a query, for a job process."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], log: Path) -> None:
+        self.proc = proc
+        self.log = log
+
+    @property
+    def isActive(self) -> bool:  # the name Load reads
+        return self.proc.poll() is None
+
+    def exception(self) -> str:
+        return f"the job exited {self.proc.returncode}: {self.log.read_text()[-2000:]}"
+
+
+def run_write(
+    write: str,
+    master: str,
+    options: ClusterBenchOptions,
+    root: Path,
+    executor_sessions: set[int],
+    executor_exclude: set[int],
+    say: Any,
+) -> dict[str, Any]:
+    """One ``coordinator run`` with ``job.sink.write=write`` on ``master`` under the load."""
+    from coordinator.bench.soak import kill_session
+    from coordinator.bench.stream import (
+        Load,
+        StreamBenchOptions,
+        form_groups,
+        group_ids,
+        percentile,
+    )
+    from coordinator.stream.client import StreamClient
+    from coordinator.stream.schema import Warehouse
+
+    warehouse = root / write
+    conf = root / "bench.properties"
+    conf.write_text("group.initial.rebalance.delay.ms=0\n", encoding="utf-8")
+    log = root / f"{write}.log"
+    command = [
+        sys.executable,
+        "-m",
+        "coordinator",
+        "run",
+        "--master",
+        master,
+        "--warehouse",
+        str(warehouse),
+        "--conf",
+        str(conf),
+        "--shards",
+        str(options.shards),
+        "--trigger-interval",
+        str(options.trigger_interval_ms),
+        "--set",
+        f"job.sink.write={write}",
+        "--quiet",
+    ]
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
+    say(f"[{write}] starting the job on {master}")
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            command, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
+    try:
+        deadline = time.monotonic() + 300
+        while "coordinator ready" not in log.read_text(errors="replace"):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the job did not start: {log.read_text()[-3000:]}")
+            time.sleep(0.2)
+        paths = Warehouse.at(warehouse)
+        client = StreamClient(paths)
+        say(f"[{write}] forming {options.groups} groups x {options.members} members")
+        members = form_groups(
+            client,
+            group_ids(options.groups),
+            options.members,
+            options.session_timeout_ms,
+            options.session_timeout_ms,
+            timeout_s=300,
+        )
+        load_options = StreamBenchOptions(
+            groups=options.groups,
+            members=options.members,
+            heartbeat_ms=options.heartbeat_ms,
+            seconds=options.seconds,
+            warmup_seconds=options.warmup_seconds,
+            session_timeout_ms=options.session_timeout_ms,
+        )
+        load = Load(paths, members, load_options, _Process(proc, log), None)
+        load.start()
+        try:
+            say(f"[{write}] warm-up {options.warmup_seconds:g} s")
+            load.sleep(options.warmup_seconds)
+            driver0 = session_cpu({proc.pid})
+            executors0 = session_cpu(executor_sessions, executor_exclude)
+            t0 = time.time()
+            say(f"[{write}] measuring {options.seconds:g} s")
+            load.sleep(options.seconds)
+            t1 = time.time()
+            driver1 = session_cpu({proc.pid})
+            executors1 = session_cpu(executor_sessions, executor_exclude)
+            load.sending = False
+            load.sleep(options.drain_seconds, until=lambda: load.outstanding() == 0)
+        finally:
+            load.stop()
+        load.check()
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGINT)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=90)
+        kill_session(proc)
+    with load._lock:
+        answered = [(a, b) for a, b in load.m.answered if t0 <= a < t1]
+        sent = sum(1 for at in load.m.sent if t0 <= at < t1)
+        errors = sum(1 for at, e in load.m.errors if t0 <= at < t1 and e != "NONE")
+    window = t1 - t0
+    rate = len(answered) / window
+    driver_cpu = driver1 - driver0
+    executor_cpu = executors1 - executors0
+    latencies = [b - a for a, b in answered]
+    return {
+        "write": write,
+        "master": master,
+        "window_s": round(window, 1),
+        "sent_per_s": round(sent / window, 1),
+        "answered_per_s": round(rate, 1),
+        "errors": errors,
+        "latency_p50_s": _round(percentile(latencies, 50)),
+        "latency_p99_s": _round(percentile(latencies, 99)),
+        "driver_cpu_s": round(driver_cpu, 2),
+        "driver_cores": round(driver_cpu / window, 2),
+        "driver_cpu_ms_per_request": _round(1000 * driver_cpu / len(answered))
+        if answered
+        else None,
+        "executor_cpu_s": round(executor_cpu, 2),
+        "executor_cpu_ms_per_request": _round(1000 * executor_cpu / len(answered))
+        if answered
+        else None,
+    }
+
+
+def _round(value: float | None, digits: int = 2) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+def cluster_bench(options: ClusterBenchOptions, say: Any = None) -> dict[str, Any]:
+    """Each ``job.sink.write`` of ``options`` in turn, on one standalone cluster started here
+    (or on ``options.master``): capacity (closed loop) or latency at a fixed rate, and the
+    CPU the driver (the job's process, its JVM and their children) and the executors (the
+    workers' children) spent per answered request over the same window."""
+    tell = say or (lambda _: None)
+    keep = options.warehouse is not None
+    if options.warehouse is not None:
+        root = Path(options.warehouse).absolute() / time.strftime("cluster-%Y%m%d-%H%M%S")
+        root.mkdir(parents=True)
+    else:
+        root = Path(tempfile.mkdtemp(prefix="coordinator-cluster-bench-"))
+    cluster = None
+    try:
+        if options.master is None:
+            tell(f"starting a standalone cluster: {options.workers} workers x {options.cores} core")
+            cluster = StandaloneCluster(
+                options.workers, options.cores, options.worker_memory, directory=root / "cluster"
+            ).start()
+            master = cluster.master_url
+            sessions = set(cluster.daemon_pids())
+            exclude = set(sessions)
+        else:
+            master, sessions, exclude = options.master, set(), set()
+        runs = [
+            run_write(w, master, options, root, sessions, exclude, tell) for w in options.writes
+        ]
+    finally:
+        if cluster is not None:
+            cluster.stop()
+        if not keep:
+            import shutil
+
+            shutil.rmtree(root, ignore_errors=True)
+    return {"options": asdict(options), "warehouse": str(root) if keep else None, "runs": runs}
+
+
+COLUMNS = (
+    ("write", "write"),
+    ("answered_per_s", "answered/s"),
+    ("latency_p50_s", "p50 s"),
+    ("latency_p99_s", "p99 s"),
+    ("driver_cores", "driver cores"),
+    ("driver_cpu_ms_per_request", "driver CPU ms/req"),
+    ("executor_cpu_ms_per_request", "executor CPU ms/req"),
+    ("errors", "errors"),
+)
+
+
+def format_cluster_report(result: dict[str, Any]) -> str:
+    o = result["options"]
+    loop = "closed loop" if o["heartbeat_ms"] == 0 else f"heartbeat every {o['heartbeat_ms']} ms"
+    where = o["master"] or f"standalone, {o['workers']} workers x {o['cores']} core"
+    lines = [
+        f"{o['groups']} groups x {o['members']} members, {loop}, {o['seconds']:g} s measured, "
+        f"{where}, {o['shards']} shards",
+        "  ".join(f"{title:>19}" for _, title in COLUMNS),
+    ]
+    for run in result["runs"]:
+        lines.append("  ".join(f"{run[key]!s:>19}" for key, _ in COLUMNS))
+    return "\n".join(lines)

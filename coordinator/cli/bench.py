@@ -40,6 +40,34 @@ def add_parser(subparsers: Any) -> None:
     protocols.add_argument("--classic-assignor", default="cooperative-sticky")
     protocols.add_argument("--json", action="store_true", help="print one JSON object")
     protocols.set_defaults(run=run_protocols)
+    cluster = kinds.add_parser(
+        "cluster",
+        help="the job on a standalone cluster, job.sink.write=driver vs executors: capacity, "
+        "latency, driver and executor CPU per request",
+    )
+    cluster.add_argument("--groups", type=int, default=20)
+    cluster.add_argument("--members", type=int, default=5, help="members per group")
+    cluster.add_argument(
+        "--heartbeat-ms",
+        type=int,
+        default=0,
+        help="each member's heartbeat interval; 0 (default) = as soon as the last one is "
+        "answered (capacity)",
+    )
+    cluster.add_argument("--seconds", type=float, default=60.0, help="measured time")
+    cluster.add_argument("--warmup", type=float, default=20.0, help="load before measuring")
+    cluster.add_argument(
+        "--writes", default="driver,executors", help="job.sink.write values, in run order"
+    )
+    cluster.add_argument("--workers", type=int, default=2)
+    cluster.add_argument("--cores", type=int, default=1, help="cores per worker")
+    cluster.add_argument("--shards", type=int, default=2, help="job.shards")
+    cluster.add_argument(
+        "--master", help="use this master instead of starting a cluster (e.g. local[2])"
+    )
+    cluster.add_argument("--warehouse", metavar="DIR", help="keep the run's files under DIR")
+    cluster.add_argument("--json", action="store_true", help="print one JSON object")
+    cluster.set_defaults(run=run_cluster)
     stream = kinds.add_parser(
         "stream",
         help="heartbeat round trips through the Spark job, against a floor pipeline",
@@ -411,6 +439,31 @@ def run_operator(args: argparse.Namespace) -> int:
     options = OperatorBenchOptions(args.groups, args.members, args.batches, args.lines_per_file)
     result = operator_bench(options)
     print(json.dumps(result) if args.json else format_report(result))
+    return 0
+
+
+def run_cluster(args: argparse.Namespace) -> int:
+    from coordinator.bench.cluster import ClusterBenchOptions, cluster_bench, format_cluster_report
+    from coordinator.bench.stream import stderr
+
+    options = ClusterBenchOptions(
+        groups=args.groups,
+        members=args.members,
+        heartbeat_ms=args.heartbeat_ms,
+        seconds=args.seconds,
+        warmup_seconds=args.warmup,
+        writes=tuple(w.strip() for w in args.writes.split(",") if w.strip()),
+        workers=args.workers,
+        cores=args.cores,
+        shards=args.shards,
+        master=args.master,
+        warehouse=args.warehouse,
+    )
+    figures = cluster_bench(options, say=stderr)
+    if args.json:
+        print(json.dumps(figures))
+        return 0
+    print(format_cluster_report(figures))
     return 0
 
 

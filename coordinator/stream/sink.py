@@ -1,9 +1,12 @@
 """The Spark job's Delta writer: each micro-batch lands in every table at most once.
 
-``foreachBatch`` evaluates a micro-batch once on the driver and hands :class:`DeltaSink` plain
-Python data: log records, responses, group summaries, rejected lines and the batch's
-``list_groups`` requests. The sink owns everything between that data and the five tables of
-:mod:`coordinator.stream.schema`; it knows nothing of Spark and decides nothing about groups.
+``foreachBatch`` evaluates a micro-batch once and hands :class:`DeltaSink` either plain Python
+data (``job.sink.write=driver``: log records, responses, group summaries, rejected lines and the
+batch's ``list_groups`` requests, collected on the driver) or, besides the group summaries and
+``list_groups`` requests, the data files the batch's tasks already wrote into the tables
+(``executors``: :mod:`coordinator.stream.datafiles`), which each table's commit then adds. The
+sink owns everything between that data and the five tables of :mod:`coordinator.stream.schema`;
+it knows nothing of Spark and decides nothing about groups. What follows holds for both.
 
 Order (contract, section 5). Kafka acknowledges a commit only once ``__consumer_offsets`` holds
 it, so the tables are committed in the order of ``schema.TABLES``: ``consumer_offsets``,
@@ -42,7 +45,9 @@ Idle batches (Spark runs one on every trigger once timeouts are on) write nothin
 move the marker; a cut at the marker is still consistent.
 
 Housekeeping (retention, compaction, checkpoints, vacuum, log cleanup) runs from here, every N
-batch ids, so that the stream stays the only writer of its tables. Retention
+batch ids, so that the stream stays the only writer of its tables. Vacuum (full mode) also
+deletes the data files no version references: those a killed or failed write left, whether the
+driver's or a task's, once older than ``job.vacuum.retention.hours``. Retention
 (:mod:`coordinator.stream.retention`) compacts ``consumer_offsets`` as Kafka's log cleaner does
 outside the history window, trims ``group_history``, deletes old ``responses`` and
 ``rejected_requests`` and old archived inbox files; none of its commits carries an app
