@@ -229,7 +229,8 @@ class ClusterBenchOptions:
     seconds: float = 60.0
     warmup_seconds: float = 20.0
     drain_seconds: float = 30.0
-    #: ``job.sink.write`` values, run one after the other on the same cluster.
+    #: ``job.sink.write`` values, run one after the other on the same cluster (repeat them,
+    #: e.g. driver,executors,executors,driver, to even out a busy machine's drift).
     writes: tuple[str, ...] = ("driver", "executors")
     workers: int = 2
     cores: int = 1
@@ -267,6 +268,7 @@ class _Process:
 
 
 def run_write(
+    index: int,
     write: str,
     master: str,
     options: ClusterBenchOptions,
@@ -287,10 +289,10 @@ def run_write(
     from coordinator.stream.client import StreamClient
     from coordinator.stream.schema import Warehouse
 
-    warehouse = root / write
+    warehouse = root / f"{index}-{write}"
     conf = root / "bench.properties"
     conf.write_text("group.initial.rebalance.delay.ms=0\n", encoding="utf-8")
-    log = root / f"{write}.log"
+    log = root / f"{index}-{write}.log"
     command = [
         sys.executable,
         "-m",
@@ -308,7 +310,6 @@ def run_write(
         str(options.trigger_interval_ms),
         "--set",
         f"job.sink.write={write}",
-        "--quiet",
     ]
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
     say(f"[{write}] starting the job on {master}")
@@ -347,12 +348,14 @@ def run_write(
             say(f"[{write}] warm-up {options.warmup_seconds:g} s")
             load.sleep(options.warmup_seconds)
             driver0 = session_cpu({proc.pid})
+            python0 = cpu_seconds(proc.pid)
             executors0 = session_cpu(executor_sessions, executor_exclude)
             t0 = time.time()
             say(f"[{write}] measuring {options.seconds:g} s")
             load.sleep(options.seconds)
             t1 = time.time()
             driver1 = session_cpu({proc.pid})
+            python1 = cpu_seconds(proc.pid)
             executors1 = session_cpu(executor_sessions, executor_exclude)
             load.sending = False
             load.sleep(options.drain_seconds, until=lambda: load.outstanding() == 0)
@@ -372,6 +375,7 @@ def run_write(
     window = t1 - t0
     rate = len(answered) / window
     driver_cpu = driver1 - driver0
+    python_cpu = python1 - python0
     executor_cpu = executors1 - executors0
     latencies = [b - a for a, b in answered]
     return {
@@ -386,6 +390,9 @@ def run_write(
         "driver_cpu_s": round(driver_cpu, 2),
         "driver_cores": round(driver_cpu / window, 2),
         "driver_cpu_ms_per_request": _round(1000 * driver_cpu / len(answered))
+        if answered
+        else None,
+        "driver_python_cpu_ms_per_request": _round(1000 * python_cpu / len(answered))
         if answered
         else None,
         "executor_cpu_s": round(executor_cpu, 2),
@@ -424,7 +431,8 @@ def cluster_bench(options: ClusterBenchOptions, say: Any = None) -> dict[str, An
         else:
             master, sessions, exclude = options.master, set(), set()
         runs = [
-            run_write(w, master, options, root, sessions, exclude, tell) for w in options.writes
+            run_write(i, w, master, options, root, sessions, exclude, tell)
+            for i, w in enumerate(options.writes)
         ]
     finally:
         if cluster is not None:
@@ -443,6 +451,7 @@ COLUMNS = (
     ("latency_p99_s", "p99 s"),
     ("driver_cores", "driver cores"),
     ("driver_cpu_ms_per_request", "driver CPU ms/req"),
+    ("driver_python_cpu_ms_per_request", "of it Python ms/req"),
     ("executor_cpu_ms_per_request", "executor CPU ms/req"),
     ("errors", "errors"),
 )
@@ -455,8 +464,8 @@ def format_cluster_report(result: dict[str, Any]) -> str:
     lines = [
         f"{o['groups']} groups x {o['members']} members, {loop}, {o['seconds']:g} s measured, "
         f"{where}, {o['shards']} shards",
-        "  ".join(f"{title:>19}" for _, title in COLUMNS),
+        "  ".join(f"{title:>20}" for _, title in COLUMNS),
     ]
     for run in result["runs"]:
-        lines.append("  ".join(f"{run[key]!s:>19}" for key, _ in COLUMNS))
+        lines.append("  ".join(f"{run[key]!s:>20}" for key, _ in COLUMNS))
     return "\n".join(lines)

@@ -444,7 +444,9 @@ def run_operator(args: argparse.Namespace) -> int:
 
 def run_cluster(args: argparse.Namespace) -> int:
     from coordinator.bench.cluster import ClusterBenchOptions, cluster_bench, format_cluster_report
-    from coordinator.bench.stream import stderr
+
+    def stderr(message: str) -> None:
+        print(f"bench cluster: {message}", file=sys.stderr, flush=True)
 
     options = ClusterBenchOptions(
         groups=args.groups,

@@ -369,9 +369,19 @@ def write_partition(batches: Iterator[pa.RecordBatch], plan: FilePlan) -> Iterat
     rows = [row for batch in batches for row in batch.to_pylist()]
     if not rows:
         return
+    started = time.perf_counter()
     part = BatchRows.split(rows)
-    metas = [meta for meta in task_files(part, plan)]
+    metas = list(task_files(part, plan))
+    # The task's own time (rows in hand to files written), in its counts row (the last).
+    at = _counts_index(metas)
+    counts = json.loads(metas[at]["body"])
+    counts["write_ms"] = (time.perf_counter() - started) * 1000
+    metas[at]["body"] = json.dumps(counts)
     yield pa.RecordBatch.from_pylist(metas, schema=META_SCHEMA)
+
+
+def _counts_index(metas: list[dict[str, Any]]) -> int:
+    return next(i for i, meta in enumerate(metas) if meta["kind"] == COUNTS)
 
 
 def task_files(part: BatchRows, plan: FilePlan) -> Iterator[dict[str, Any]]:
@@ -460,6 +470,8 @@ class BatchFiles:
     rejected: int = 0
     timers_fired: int = 0
     emitted_at_ms: int = 0
+    #: The longest time a task took to turn its rows into files (ms).
+    task_write_ms: float = 0.0
     #: Per table, the digests of its rows (only with ``FilePlan.digests``).
     digests: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
@@ -500,6 +512,7 @@ class BatchFiles:
                 out.rejected += counts["rejected"]
                 out.timers_fired += counts["timers_fired"]
                 out.emitted_at_ms = max(out.emitted_at_ms, counts["emitted_at_ms"])
+                out.task_write_ms = max(out.task_write_ms, counts.get("write_ms", 0.0))
             elif kind == DIGEST:
                 out.digests.setdefault(row["tbl"], []).append(json.loads(row["body"]))
         out.groups.sort(key=lambda g: g["group_id"])

@@ -313,6 +313,12 @@ class BatchFigures:
     timers_fired: int = 0
     rejected: int = 0
     skipped_tables: list[str] = field(default_factory=list)
+    #: The one Spark action that evaluates the batch (with executor writes, the tasks write
+    #: their files in it too), then the driver's Delta commits.
+    evaluate_ms: float = 0.0
+    #: With executor writes: the longest time a task spent writing its files (within
+    #: ``evaluate_ms``).
+    task_write_ms: float = 0.0
     write_ms: float = 0.0
 
 
@@ -447,13 +453,16 @@ class BatchSink:
                     raise
                 return
             try:
+                started = time.perf_counter()
                 table = df.toArrow()
             except Exception:
                 if self.stopping.is_set():
                     # stop() could not wait for a gap and interrupted the batch mid-way.
                     raise BatchAbandoned(warehouse_batch, "toArrow") from None
                 raise
-            self.write(table.to_pylist(), warehouse_batch)
+            evaluated = (time.perf_counter() - started) * 1000
+            figures = self.write(table.to_pylist(), warehouse_batch)
+            figures.evaluate_ms = evaluated
         finally:
             self.in_batch = False
 
@@ -521,10 +530,14 @@ class BatchSink:
             # Keyed by group id, one offsets partition's records are spread over the tasks:
             # bring each partition's rows together so that one task numbers its offsets.
             frame = df.repartition(self.regroup, "offsets_partition")
+        started = time.perf_counter()
         meta = frame.mapInArrow(
             functools.partial(datafiles.write_partition, plan=plan), datafiles.META_DDL
         ).toArrow()
-        return self.commit_files(meta, plan)
+        evaluated = (time.perf_counter() - started) * 1000
+        figures = self.commit_files(meta, plan)
+        figures.evaluate_ms = evaluated
+        return figures
 
     def plan_files(self, batch_id: int) -> datafiles.FilePlan:
         """What the tasks of warehouse batch ``batch_id`` write under (see :meth:`DeltaSink.file_plan`)."""
@@ -556,6 +569,7 @@ class BatchSink:
             groups=len(files.groups),
             timers_fired=files.timers_fired,
             rejected=files.rejected,
+            task_write_ms=files.task_write_ms,
         )
         if self.metrics is not None:
             self.metrics.batch_written(
@@ -631,7 +645,10 @@ def progress_listener(sink: BatchSink, warehouse: Warehouse) -> Any:
                 f"{figures.responses} responses out, {figures.records} records, "
                 f"{figures.groups} groups changed, {figures.timers_fired} timers fired, "
                 f"{figures.rejected} rejected, {progress.batchDuration} ms"
+                f" (evaluated {figures.evaluate_ms:.0f} ms, written {figures.write_ms:.0f} ms)"
             )
+            if figures.task_write_ms:
+                line = line[:-1] + f", tasks' files {figures.task_write_ms:.0f} ms)"
             if figures.skipped_tables:
                 line += f" (replayed batch: skipped {', '.join(figures.skipped_tables)})"
             if progress.numInputRows or figures.responses or figures.records:
@@ -647,6 +664,8 @@ def progress_listener(sink: BatchSink, warehouse: Warehouse) -> Any:
                 "groups_changed": figures.groups,
                 "timers_fired": figures.timers_fired,
                 "rejected": figures.rejected,
+                "evaluate_ms": figures.evaluate_ms,
+                "task_write_ms": figures.task_write_ms,
                 "write_ms": figures.write_ms,
             }
             _write_json(warehouse.status / "progress.json", status)
