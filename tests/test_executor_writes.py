@@ -296,3 +296,28 @@ def test_the_spark_job_writes_from_its_tasks_with_either_state_key(
         assert sorted(offsets) == list(range(len(offsets)))
     assert written_by_the_tasks(tables / CONSUMER_OFFSETS)
     assert written_by_the_tasks(tables / RESPONSES)
+
+
+def test_the_job_metrics_count_the_same_either_way(tmp_path: Path) -> None:
+    from coordinator.metrics.job import JobMetrics
+    from tests.metrics_support import Scrape
+
+    counted = {}
+    for sink_write in ("driver", "executors"):
+        job = local_job(tmp_path / sink_write, sink_write)
+        metrics = JobMetrics("127.0.0.1:0", job.settings.job.paths)
+        job.sink.metrics = metrics
+        try:
+            for batch in range(4):
+                job.run_batch(batch_requests(batch), 1_000 + batch)
+            scrape = Scrape(metrics.server.port)
+        finally:
+            metrics.close()
+        counted[sink_write] = {
+            key: value
+            for key, value in scrape.samples.items()
+            if key[0].startswith("coordinator_") and key[0].endswith("_total")
+        }
+    assert counted["executors"] == counted["driver"]
+    requests = {key: v for key, v in counted["driver"].items() if "requests" in key[0]}
+    assert sum(requests.values()) > 0, counted["driver"]
