@@ -211,13 +211,28 @@ def cpu_seconds(pid: int) -> float:
 
 def session_cpu(sessions: set[int], exclude: frozenset[int] | set[int] = frozenset()) -> float:
     """CPU seconds so far of every live process of ``sessions`` but ``exclude``."""
+    return sum(session_cpu_by_kind(sessions, exclude).values())
+
+
+def session_cpu_by_kind(
+    sessions: set[int], exclude: frozenset[int] | set[int] = frozenset()
+) -> dict[str, float]:
+    """:func:`session_cpu` by kind of process: ``jvm``, ``source`` (the Python processes of
+    a Python data source: the inbox reader runs on the driver), ``python`` (the rest)."""
     from coordinator.bench.soak import processes
 
-    return sum(
-        cpu_seconds(pid)
-        for pid, proc in processes().items()
-        if proc.session in sessions and pid not in exclude and proc.state not in ("Z", "X")
-    )
+    kinds: dict[str, float] = {"jvm": 0.0, "source": 0.0, "python": 0.0}
+    for pid, proc in processes().items():
+        if proc.session not in sessions or pid in exclude or proc.state in ("Z", "X"):
+            continue
+        if "java" in proc.cmdline.split(" ", 1)[0]:
+            kind = "jvm"
+        elif "data_source" in proc.cmdline or "streaming_source" in proc.cmdline:
+            kind = "source"
+        else:
+            kind = "python"
+        kinds[kind] += cpu_seconds(pid)
+    return kinds
 
 
 @dataclass(frozen=True)
@@ -347,14 +362,14 @@ def run_write(
         try:
             say(f"[{write}] warm-up {options.warmup_seconds:g} s")
             load.sleep(options.warmup_seconds)
-            driver0 = session_cpu({proc.pid})
+            driver0 = session_cpu_by_kind({proc.pid})
             python0 = cpu_seconds(proc.pid)
             executors0 = session_cpu(executor_sessions, executor_exclude)
             t0 = time.time()
             say(f"[{write}] measuring {options.seconds:g} s")
             load.sleep(options.seconds)
             t1 = time.time()
-            driver1 = session_cpu({proc.pid})
+            driver1 = session_cpu_by_kind({proc.pid})
             python1 = cpu_seconds(proc.pid)
             executors1 = session_cpu(executor_sessions, executor_exclude)
             load.sending = False
@@ -374,7 +389,8 @@ def run_write(
         errors = sum(1 for at, e in load.m.errors if t0 <= at < t1 and e != "NONE")
     window = t1 - t0
     rate = len(answered) / window
-    driver_cpu = driver1 - driver0
+    driver_parts = {kind: driver1[kind] - driver0[kind] for kind in driver1}
+    driver_cpu = sum(driver_parts.values())
     python_cpu = python1 - python0
     executor_cpu = executors1 - executors0
     latencies = [b - a for a, b in answered]
@@ -395,6 +411,9 @@ def run_write(
         "driver_python_cpu_ms_per_request": _round(1000 * python_cpu / len(answered))
         if answered
         else None,
+        # The driver's CPU by process: its JVM, the inbox source's Python, the rest (the
+        # driver's own Python, which runs the sink, and Spark's Python daemons).
+        "driver_cpu_s_by_process": {k: round(v, 2) for k, v in driver_parts.items()},
         "executor_cpu_s": round(executor_cpu, 2),
         "executor_cpu_ms_per_request": _round(1000 * executor_cpu / len(answered))
         if answered
