@@ -328,8 +328,6 @@ class FilePlan:
     skip: tuple[str, ...]
     #: Every offsets partition's next offset when the batch began.
     log_end: dict[int, int]
-    #: The wall clock of the write (``written_at_ms`` of the log and of responses).
-    written_at_ms: int
     #: Whether to send back a digest of every response, record and rejected line (for the
     #: job's Prometheus metrics; off by default: it is per-request data on the driver).
     digests: bool = False
@@ -388,9 +386,11 @@ def task_files(part: BatchRows, plan: FilePlan) -> Iterator[dict[str, Any]]:
     """Write one task's rows as files of every table that takes them (not those the plan
     skips; ``group_state`` is a MERGE, made by the driver); yield the meta rows."""
     batch_id, at_ms = plan.batch_id, part.emitted_at_ms
+    # ``written_at_ms`` is the wall clock of the write: the task's, as it writes.
+    written_at_ms = int(time.time() * 1000)
     tables: list[tuple[str, pa.Table]] = []
     if part.records and CONSUMER_OFFSETS not in plan.skip:
-        log, ends = log_table(part.records, plan.log_end, batch_id, plan.written_at_ms)
+        log, ends = log_table(part.records, plan.log_end, batch_id, written_at_ms)
         tables.append((CONSUMER_OFFSETS, log))
         for partition, end in ends.items():
             yield {"kind": LOG_END, "offsets_partition": partition, "log_end": end}
@@ -399,7 +399,7 @@ def task_files(part: BatchRows, plan: FilePlan) -> Iterator[dict[str, Any]]:
     if part.groups and GROUP_HISTORY not in plan.skip:
         tables.append((GROUP_HISTORY, group_table(part.groups, batch_id, at_ms)))
     if part.responses and RESPONSES not in plan.skip:
-        answered = responses_table(part.responses, batch_id, at_ms, plan.written_at_ms)
+        answered = responses_table(part.responses, batch_id, at_ms, written_at_ms)
         tables.append((RESPONSES, answered))
     for name, data in tables:
         for written in write_files(

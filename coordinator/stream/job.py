@@ -541,14 +541,12 @@ class BatchSink:
 
     def plan_files(self, batch_id: int) -> datafiles.FilePlan:
         """What the tasks of warehouse batch ``batch_id`` write under (see :meth:`DeltaSink.file_plan`)."""
-        return self.sink.file_plan(
-            batch_id, int(time.time() * 1000), digests=self.metrics is not None
-        )
+        return self.sink.file_plan(batch_id, digests=self.metrics is not None)
 
     def commit_files(self, meta: Any, plan: datafiles.FilePlan) -> BatchFigures:
         """Commit the data files a batch's tasks wrote under ``plan`` (``meta``: their
         :data:`datafiles.META_SCHEMA` rows, all tasks together), one transaction per table."""
-        batch_id, written_at = plan.batch_id, plan.written_at_ms
+        batch_id, written_at = plan.batch_id, int(time.time() * 1000)
         files = datafiles.BatchFiles.gather(meta)
         list_groups = [parse(json.loads(line)) for line in files.list_groups]
         report = self.sink.write_batch(

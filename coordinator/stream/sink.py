@@ -274,7 +274,7 @@ class DeltaSink:
         wrote partitions this sink now writes)."""
         self._tables_stale = True
 
-    def file_plan(self, batch_id: int, written_at_ms: int, digests: bool = False) -> FilePlan:
+    def file_plan(self, batch_id: int, digests: bool = False) -> FilePlan:
         """What the tasks of batch ``batch_id`` need to write its data files
         (``job.sink.write=executors``): the tables that already hold the batch (a replay writes
         none of their files) and the log's end offsets. Raises ``BatchOrderError`` as
@@ -293,7 +293,6 @@ class DeltaSink:
             str(self.tables_dir),
             skip,
             dict(self._log_end),
-            written_at_ms,
             digests,
         )
 
