@@ -209,19 +209,15 @@ def cpu_seconds(pid: int) -> float:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
-def session_cpu(sessions: set[int], exclude: frozenset[int] | set[int] = frozenset()) -> float:
-    """CPU seconds so far of every live process of ``sessions`` but ``exclude``."""
-    return sum(session_cpu_by_kind(sessions, exclude).values())
-
-
-def session_cpu_by_kind(
+def session_cpu(
     sessions: set[int], exclude: frozenset[int] | set[int] = frozenset()
-) -> dict[str, float]:
-    """:func:`session_cpu` by kind of process: ``jvm``, ``source`` (the Python processes of
-    a Python data source: the inbox reader runs on the driver), ``python`` (the rest)."""
+) -> dict[int, tuple[str, float]]:
+    """pid -> (kind, CPU seconds so far) of every live process of ``sessions`` but
+    ``exclude``. Kinds: ``jvm``, ``source`` (the Python processes of a Python data source: the
+    inbox reader runs on the driver), ``python`` (the rest)."""
     from coordinator.bench.soak import processes
 
-    kinds: dict[str, float] = {"jvm": 0.0, "source": 0.0, "python": 0.0}
+    out: dict[int, tuple[str, float]] = {}
     for pid, proc in processes().items():
         if proc.session not in sessions or pid in exclude or proc.state in ("Z", "X"):
             continue
@@ -231,7 +227,19 @@ def session_cpu_by_kind(
             kind = "source"
         else:
             kind = "python"
-        kinds[kind] += cpu_seconds(pid)
+        out[pid] = (kind, cpu_seconds(pid))
+    return out
+
+
+def cpu_between(
+    before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]]
+) -> dict[str, float]:
+    """CPU seconds by kind spent between two :func:`session_cpu` snapshots, by the processes
+    alive at the second (one started in between counts whole; one that ended in between is
+    lost, unless its parent reaped it: then it is in the parent's children's time)."""
+    kinds: dict[str, float] = {"jvm": 0.0, "source": 0.0, "python": 0.0}
+    for pid, (kind, seconds) in after.items():
+        kinds[kind] += max(0.0, seconds - before.get(pid, (kind, 0.0))[1])
     return kinds
 
 
@@ -362,14 +370,14 @@ def run_write(
         try:
             say(f"[{write}] warm-up {options.warmup_seconds:g} s")
             load.sleep(options.warmup_seconds)
-            driver0 = session_cpu_by_kind({proc.pid})
+            driver0 = session_cpu({proc.pid})
             python0 = cpu_seconds(proc.pid)
             executors0 = session_cpu(executor_sessions, executor_exclude)
             t0 = time.time()
             say(f"[{write}] measuring {options.seconds:g} s")
             load.sleep(options.seconds)
             t1 = time.time()
-            driver1 = session_cpu_by_kind({proc.pid})
+            driver1 = session_cpu({proc.pid})
             python1 = cpu_seconds(proc.pid)
             executors1 = session_cpu(executor_sessions, executor_exclude)
             load.sending = False
@@ -389,10 +397,10 @@ def run_write(
         errors = sum(1 for at, e in load.m.errors if t0 <= at < t1 and e != "NONE")
     window = t1 - t0
     rate = len(answered) / window
-    driver_parts = {kind: driver1[kind] - driver0[kind] for kind in driver1}
+    driver_parts = cpu_between(driver0, driver1)
     driver_cpu = sum(driver_parts.values())
     python_cpu = python1 - python0
-    executor_cpu = executors1 - executors0
+    executor_cpu = sum(cpu_between(executors0, executors1).values())
     latencies = [b - a for a, b in answered]
     return {
         "write": write,
