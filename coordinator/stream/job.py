@@ -49,7 +49,7 @@ from coordinator.stream.settings import (
     Settings,
     state_store_confs,
 )
-from coordinator.stream.sink import DeltaSink, Housekeeping
+from coordinator.stream.sink import BatchReport, DeltaSink, Housekeeping
 
 if TYPE_CHECKING:
     from coordinator.metrics.job import JobMetrics
@@ -581,7 +581,7 @@ class BatchSink:
             )
         return self._written(figures, report, files.rows)
 
-    def _written(self, figures: BatchFigures, report: Any, rows: int) -> BatchFigures:
+    def _written(self, figures: BatchFigures, report: BatchReport, rows: int) -> BatchFigures:
         """After a batch's tables are written, either way: figures, hooks, test faults."""
         figures.skipped_tables = list(report.tables_skipped)
         figures.write_ms = report.write_ms
