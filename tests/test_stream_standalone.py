@@ -71,7 +71,7 @@ def test_a_group_forms_and_commits_with_writes_on_the_executors(
         "--conf",
         str(conf),
         "--stop-when-idle",
-        "60",
+        "300",
         *EXECUTOR_WRITES,
     ]
     with log.open("w") as out:

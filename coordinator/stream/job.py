@@ -996,6 +996,8 @@ def start(
         )
         query = start_query()
     listener.run_id = str(query.runId)
+    # Idle time (job.stop.when.idle.s) counts from here: a slow start is not idleness.
+    sink.last_activity = time.monotonic()
     owner.on_lost = lambda lost: _stop_query(query)
     if owner.lost is not None:
         _stop_query(query)
