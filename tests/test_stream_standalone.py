@@ -83,10 +83,13 @@ def test_a_group_forms_and_commits_with_writes_on_the_executors(
             assert time.monotonic() < deadline, "the job did not start in 240 s"
             time.sleep(0.2)
         client = StreamClient(warehouse)
-        first = client.request(join("j1", "standalone", session_ms=30_000), timeout_s=180)
+        # A batch on a loaded cluster can take longer than the helpers' 10 s rebalance timeout,
+        # which bounds the time to sync after the join is answered: give it a minute.
+        slow = {"session_ms": 60_000, "rebalance_timeout_ms": 60_000}
+        first = client.request(join("j1", "standalone", **slow), timeout_s=180)
         assert first["error"] == "MEMBER_ID_REQUIRED"
         member = first["member_id"]
-        joined = client.request(join("j2", "standalone", member, session_ms=30_000), timeout_s=60)
+        joined = client.request(join("j2", "standalone", member, **slow), timeout_s=60)
         assert joined["error"] is None and joined["leader"] == member
         generation = joined["generation_id"]
         assignments = [{"member_id": member, "assignment": ""}]
