@@ -40,7 +40,12 @@ from coordinator.errors import Error
 from coordinator.group.states import GroupState
 from coordinator.log import records as log
 from coordinator.log.modern_records import RecordBuilder
-from coordinator.modern.assignors import ASSIGNORS, MemberSpec, PartitionAssignorError
+from coordinator.modern.assignors import (
+    ASSIGNORS,
+    MemberSpec,
+    PartitionAssignorError,
+    subscription_type,
+)
 from coordinator.modern.model import (
     EMPTY_ASSIGNMENT,
     JOIN_GROUP_MEMBER_EPOCH,
@@ -50,7 +55,6 @@ from coordinator.modern.model import (
     ConsumerGroup,
     ConsumerGroupMember,
     MemberState,
-    SubscriptionType,
 )
 from coordinator.modern.reconcile import FencedMemberEpoch, Owned, reconcile
 from coordinator.requests import Request, error_fields
@@ -578,9 +582,9 @@ def compute_assignment(
         specs.append(
             MemberSpec(m, member.instance_id, subscribed, targets.get(m, EMPTY_ASSIGNMENT))
         )
-    distinct = {spec.subscribed_topic_ids for spec in specs}
-    subscription = (
-        SubscriptionType.HOMOGENEOUS if len(distinct) <= 1 else SubscriptionType.HETEROGENEOUS
+    subscription = subscription_type(
+        (m.subscribed_topic_names for m in members.values()),
+        (m.regex for m in members.values()),
     )
     partitions = {topic.topic_id: topic.partitions for topic in metadata.values()}
     try:
