@@ -86,7 +86,9 @@ def test_an_invalid_regular_expression_is_refused() -> None:
     ctx = Context()
     answer = ctx.join(M1, subscribed_topic_regex="[")
     assert answer["error"] == "INVALID_REGULAR_EXPRESSION"
-    assert answer["error_message"].startswith("SubscribedTopicRegex `[` is not a valid regular")
+    assert answer["error_message"] == (
+        "SubscribedTopicRegex `[` is not a valid regular expression: missing closing ]."
+    )
     assert ctx.records() == []
 
 

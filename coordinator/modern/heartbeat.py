@@ -24,13 +24,13 @@ The order of a heartbeat (``consumerGroupHeartbeat``):
 Topic metadata: Kafka refreshes a group's subscription metadata when its metadata image
 changes; here each heartbeat compares the metadata of the subscribed topics with the caller's
 latest topic list (``GroupContext.topics``), which has the same effect with no refresh deadline.
-Regular expressions are resolved (Python's ``re``, full match, as RE2/J's ``matches``) when
-first seen and again whenever the topics change, and kept in RegularExpression records.
+Regular expressions are compiled as Kafka's RE2/J compiles them (:mod:`coordinator.modern.regex`),
+resolved (full match, as RE2/J's ``matches``) when first seen and again whenever the topics
+change, and kept in RegularExpression records.
 """
 
 from __future__ import annotations
 
-import re
 import uuid
 from collections.abc import Mapping
 from typing import Any
@@ -40,6 +40,7 @@ from coordinator.errors import Error
 from coordinator.group.states import GroupState
 from coordinator.log import records as log
 from coordinator.log.modern_records import RecordBuilder
+from coordinator.modern import regex as regexes
 from coordinator.modern.assignors import (
     ASSIGNORS,
     MemberSpec,
@@ -136,12 +137,9 @@ def validate_heartbeat(request: Request, assignors: tuple[str, ...]) -> None:
     regex = body["subscribed_topic_regex"]
     if regex:
         try:
-            re.compile(regex)
-        except re.error as exc:
-            raise ConsumerGroupError(
-                Error.INVALID_REGULAR_EXPRESSION,
-                f"SubscribedTopicRegex `{regex}` is not a valid regular expression: {exc}.",
-            ) from None
+            regexes.validate(regex)
+        except regexes.InvalidRegex as exc:
+            raise ConsumerGroupError(Error.INVALID_REGULAR_EXPRESSION, exc.message) from None
 
 
 # --- ConsumerGroupHeartbeat --------------------------------------------------------------------
@@ -471,8 +469,9 @@ def _subscription_metadata(ctx: GroupContext, names: set[str]) -> dict[str, Topi
 
 
 def _matches(ctx: GroupContext, regex: str) -> tuple[str, ...]:
-    pattern = re.compile(regex)
-    return tuple(name for name in ctx.topics.names() if pattern.fullmatch(name))
+    """Kafka's ``refreshRegularExpressions`` for one regex: every topic whose whole name it
+    matches, as RE2/J's ``matcher(topic).matches()``."""
+    return regexes.matching(regex, ctx.topics.names())
 
 
 def _resolve_regexes(
