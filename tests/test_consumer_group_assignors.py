@@ -20,6 +20,7 @@ from coordinator.modern.assignors import (
 )
 from coordinator.modern.model import Assignment, SubscriptionType, assignment_size
 from coordinator.topics import uuid_from_bytes
+from tests.consumer_groups import BAR, FOO, M1, M2, M3, Context
 
 HOMO, HETERO = SubscriptionType.HOMOGENEOUS, SubscriptionType.HETEROGENEOUS
 
@@ -353,6 +354,52 @@ def test_subscription_type_follows_kafkas_counts() -> None:
     assert subscription_type([[], []], ["t.*", "u.*"]) is HETERO
     assert subscription_type([["a"], ["a"]], ["t.*", "t.*"]) is HETERO
     assert subscription_type([[], ["a"]], ["t.*", None]) is HETERO
+
+
+# --- in the engine ---------------------------------------------------------------------------------
+
+
+def test_the_engine_assigns_different_subscriptions_with_the_heterogeneous_builder() -> None:
+    """Members on different topics: each topic balanced over its own subscribers."""
+    ctx = Context({"foo": 6, "bar": 3})
+    ctx.join(M1, ["foo", "bar"])
+    ctx.join(M2, ["foo"])
+    ctx.join(M3, ["foo"])
+    target = ctx.group().target_assignment
+    sizes = {m: assignment_size(a) for m, a in target.items()}
+    assert sizes == {M1: 3, M2: 3, M3: 3}
+    assert set(target[M1]) == {BAR}  # bar's only subscriber takes it, foo goes to the others
+    members = [
+        MemberSpec(M1, None, frozenset({FOO, BAR}), {}),
+        MemberSpec(M2, None, frozenset({FOO}), {}),
+        MemberSpec(M3, None, frozenset({FOO}), {}),
+    ]
+    settled_again = uniform_assign(
+        [
+            MemberSpec(m.member_id, None, m.subscribed_topic_ids, target[m.member_id])
+            for m in members
+        ],
+        HETERO,
+        {FOO: 6, BAR: 3},
+    )
+    assert settled_again == {m: dict(a) for m, a in target.items()}
+
+
+def test_member_racks_do_not_change_the_assignment() -> None:
+    """Kafka 4's server-side assignors are not rack-aware: the same group with and without rack
+    ids gets the same target assignment, with either assignor; the racks are only described."""
+    for assignor in ("uniform", "range"):
+        targets = []
+        for racks in ((None, None, None), ("rack-a", "rack-b", "rack-a")):
+            ctx = Context({"foo": 7, "bar": 5})
+            for member_id, rack in zip((M1, M2, M3), racks, strict=True):
+                ctx.join(member_id, rack_id=rack, server_assignor=assignor)
+            targets.append(ctx.group().target_assignment)
+            described = ctx.send({"api": "consumer_group_describe"})
+            assert sorted(m["rack_id"] or "" for m in described["members"]) == sorted(
+                r or "" for r in racks
+            )
+        assert targets[0] == targets[1]
 
 
 # --- properties -----------------------------------------------------------------------------------
