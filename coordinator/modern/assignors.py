@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import hashlib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -61,6 +62,7 @@ def _num_partitions(topics: Mapping[str, int], topic_id: str, message: str) -> i
 # --- Kafka's orders -------------------------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def _uuid_bits(topic_id: str) -> tuple[int, int]:
     """A topic id's two signed 64-bit halves (Kafka's ``Uuid`` most and least significant
     bits). An id that is not a Kafka ``Uuid`` string (tests' short names) gets halves derived
