@@ -227,6 +227,7 @@ def _uniform_homogeneous(
         if topic_id in counts
         for p in parts
     }
+    shrunk = any(p >= counts[t] for t, p in assigned)
     unassigned: list[tuple[str, int]] = []
     total = 0
     for topic_id in java_hash_set_order(subscribed):
@@ -234,6 +235,8 @@ def _uniform_homogeneous(
         unassigned.extend((topic_id, p) for p in range(count) if (topic_id, p) not in assigned)
         total += count
     minimum, extra = divmod(total, len(members))
+    # A member's topics in Uuid order (the ones it no longer subscribes to first: all dropped).
+    rank = {t: i for i, t in enumerate(sorted(counts, key=uuid_order))}
     result: dict[str, Assignment] = {}
     unfilled: list[tuple[str, int]] = []
     for member in members:
@@ -243,12 +246,15 @@ def _uniform_homogeneous(
             extra -= 1
         kept: dict[str, frozenset[int]] = {}
         changed = False
-        for topic_id in sorted(member.assignment, key=uuid_order):
+        held = member.assignment
+        for topic_id in held if len(held) < 2 else sorted(held, key=lambda t: rank.get(t, -1)):
             if topic_id not in counts:
                 changed = True
                 continue
-            partitions = _kept(member.assignment, topic_id, counts[topic_id])
-            changed = changed or partitions is not member.assignment[topic_id]
+            partitions = held[topic_id]
+            if shrunk:
+                partitions = _kept(held, topic_id, counts[topic_id])
+                changed = changed or partitions is not held[topic_id]
             if len(partitions) <= quota:
                 quota -= len(partitions)
                 if partitions:
