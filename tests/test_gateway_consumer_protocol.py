@@ -181,45 +181,6 @@ def test_a_consumer_group_and_its_commits_survive_a_gateway_restart(tmp_path: An
         second.stop()
 
 
-def test_in_upstream_mode_the_coordinator_learns_the_upstreams_topics_with_their_ids() -> None:
-    """The upstream's topics, as its Metadata answers give them (with topic ids, Kafka 2.8+),
-    are what the coordinator assigns; a topic without an id (a broker without topic ids, such
-    as the noida-db the other upstream tests use) cannot be assigned, and is left out."""
-    import asyncio
-    import uuid
-
-    from coordinator.gateway.upstream import Upstream
-    from coordinator.topics import uuid_from_bytes
-
-    upstream = Upstream([("127.0.0.1", 1)])
-    fed: list[list[dict[str, Any]]] = []
-    upstream.on_topics = fed.append
-    orders = uuid.uuid4()
-    answer = {
-        "brokers": [{"node_id": 1, "host": "h", "port": 9092, "rack": None}],
-        "topics": [
-            {
-                "error_code": 0,
-                "name": "orders",
-                "topic_id": orders,
-                "is_internal": False,
-                "partitions": [{"partition_index": p} for p in range(3)],
-            },
-            {"error_code": 0, "name": "no-id", "topic_id": None, "partitions": []},
-            {
-                "error_code": 0,
-                "name": "__consumer_offsets",
-                "topic_id": uuid.uuid4(),
-                "is_internal": True,
-                "partitions": [],
-            },
-        ],
-    }
-    asyncio.run(upstream._learn(answer))
-    asyncio.run(upstream._learn(answer))  # nothing changed: not fed again
-    assert fed == [[{"name": "orders", "topic_id": uuid_from_bytes(orders.bytes), "partitions": 3}]]
-
-
 #: The job's consumer-group timing in these tests: a 20 s session (a live member is expired
 #: only by a micro-batch lag of that much), Kafka's 5 s heartbeats. Not shorter: librdkafka
 #: gives up on a heartbeat that takes longer than its interval and sends another, and an

@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 
 from coordinator.gateway import codec
+from coordinator.modern.model import ConsumerGroup
+from coordinator.topics import topic_id_for
 from tests.gateway_support import Running
 from tests.upstream_support import call_on, upstream_gateway
 
@@ -40,35 +42,49 @@ def _until(predicate: Any, what: str, poll: Any = None) -> None:
 
 
 class Reader:
-    """A confluent-kafka consumer of the group, polled by the test's thread."""
+    """A confluent-kafka consumer of the group, polled by the test's thread; with
+    ``group.protocol=consumer`` (KIP-848) when ``consumer_protocol``, where the listener is told
+    the partitions added and revoked, not the whole assignment."""
 
-    def __init__(self, bootstrap: str, name: str) -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        name: str,
+        *,
+        consumer_protocol: bool = False,
+        topic: str = TOPIC,
+        group: str = GROUP,
+    ) -> None:
         from confluent_kafka import Consumer
 
+        self.topic = topic
         self.assigned: set[int] = set()
         self.records: list[tuple[int, int, bytes]] = []
-        self.consumer = Consumer(
-            {
-                "bootstrap.servers": bootstrap,
-                "group.id": GROUP,
-                "client.id": name,
-                "enable.auto.commit": False,
-                "auto.offset.reset": "earliest",
-                "fetch.wait.max.ms": 100,
-                "log_level": 0,
-            }
-        )
+        conf = {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "client.id": name,
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "fetch.wait.max.ms": 100,
+            "log_level": 0,
+        }
+        if consumer_protocol:
+            conf["group.protocol"] = "consumer"
+        self.consumer = Consumer(conf)
 
         def on_assign(_: Any, partitions: Any) -> None:
-            self.assigned = {tp.partition for tp in partitions}
+            added = {tp.partition for tp in partitions}
+            self.assigned = self.assigned | added if consumer_protocol else added
 
         def on_revoke(_: Any, partitions: Any) -> None:
             # what an application that reads each record once does: the partitions it gives
             # up are committed where it stopped, so their next owner goes on from there
-            self.commit()
-            self.assigned = set()
+            revoked = {tp.partition for tp in partitions}
+            self.commit(revoked)
+            self.assigned = self.assigned - revoked
 
-        self.consumer.subscribe([TOPIC], on_assign=on_assign, on_revoke=on_revoke)
+        self.consumer.subscribe([topic], on_assign=on_assign, on_revoke=on_revoke)
 
     def poll(self) -> None:
         message = self.consumer.poll(0.05)
@@ -80,10 +96,11 @@ class Reader:
             raise AssertionError(message.error())
         self.records.append((message.partition(), message.offset(), message.value()))
 
-    def commit(self) -> None:
+    def commit(self, partitions: set[int] | None = None) -> None:
         from confluent_kafka import TopicPartition
 
-        positions = self.consumer.position([TopicPartition(TOPIC, p) for p in self.assigned])
+        wanted = self.assigned if partitions is None else partitions
+        positions = self.consumer.position([TopicPartition(self.topic, p) for p in wanted])
         mine = [tp for tp in positions if tp.offset >= 0]
         if mine:
             self.consumer.commit(offsets=mine, asynchronous=False)
@@ -93,7 +110,7 @@ class Reader:
 
         if not self.assigned:
             return False
-        positions = self.consumer.position([TopicPartition(TOPIC, p) for p in self.assigned])
+        positions = self.consumer.position([TopicPartition(self.topic, p) for p in self.assigned])
         # librdkafka's position is the application's: invalid until a record is read here, as
         # for a partition its previous owner read to the end (and committed on giving it up)
         unread = [tp for tp in positions if tp.offset < 0]
@@ -106,14 +123,14 @@ class Reader:
         self.consumer.close()
 
 
-def _produce(bootstrap: str, values: list[bytes]) -> None:
+def _produce(bootstrap: str, values: list[bytes], topic: str = TOPIC) -> None:
     from confluent_kafka import Producer
 
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "log_level": 0})
     failures: list[Any] = []
     for i, value in enumerate(values):
         producer.produce(
-            TOPIC,
+            topic,
             value=value,
             key=b"k%d" % i,
             on_delivery=lambda err, _msg: failures.append(err) if err is not None else None,
@@ -122,21 +139,21 @@ def _produce(bootstrap: str, values: list[bytes]) -> None:
     assert failures == []
 
 
-def _create_topic(bootstrap: str) -> None:
+def _create_topic(bootstrap: str, topic: str = TOPIC) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
-    [future] = admin.create_topics([NewTopic(TOPIC, PARTITIONS, 1)]).values()
+    [future] = admin.create_topics([NewTopic(topic, PARTITIONS, 1)]).values()
     future.result(WAIT_S)
 
 
-def _end_offsets(bootstrap: str) -> dict[int, int]:
+def _end_offsets(bootstrap: str, topic: str = TOPIC) -> dict[int, int]:
     from confluent_kafka import Consumer, TopicPartition
 
     probe = Consumer({"bootstrap.servers": bootstrap, "group.id": "probe", "log_level": 0})
     try:
         return {
-            p: probe.get_watermark_offsets(TopicPartition(TOPIC, p), timeout=30)[1]
+            p: probe.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1]
             for p in range(PARTITIONS)
         }
     finally:
@@ -146,7 +163,7 @@ def _end_offsets(bootstrap: str) -> dict[int, int]:
 def _read_until_caught_up(readers: list[Reader], bootstrap: str) -> None:
     """Poll both until they cover every partition between them, disjointly, and each has read
     up to the end of its partitions."""
-    ends = _end_offsets(bootstrap)
+    ends = _end_offsets(bootstrap, readers[0].topic)
 
     def settled() -> bool:
         cover = [p for r in readers for p in r.assigned]
@@ -155,8 +172,8 @@ def _read_until_caught_up(readers: list[Reader], bootstrap: str) -> None:
     _until(settled, f"both readers caught up with {ends}", lambda: [r.poll() for r in readers])
 
 
-def _committed_through_the_gateway(port: int) -> dict[int, int]:
-    body = {"groups": [{"group_id": GROUP, "topics": None}], "require_stable": False}
+def _committed_through_the_gateway(port: int, group: str = GROUP) -> dict[int, int]:
+    body = {"groups": [{"group_id": group, "topics": None}], "require_stable": False}
     with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
         answer = call_on(sock, codec.OFFSET_FETCH, 8, body, 1)
     return {
@@ -226,6 +243,47 @@ def test_records_through_the_gateway_consumed_once_committed_to_the_coordinator(
             2,
         )
     assert everything["groups"][0]["topics"] == []
+
+
+@pytest.mark.slow
+def test_a_consumer_protocol_group_reads_the_upstreams_topic_and_commits_to_the_coordinator(
+    noida: Any, fronted: Running
+):
+    """confluent-kafka with ``group.protocol=consumer``: the coordinator assigns a topic created
+    on the upstream (noida-db, which has no topic ids: the ids are the gateway's, the same in
+    the members' Metadata and in their assignments), the members read every record once from
+    the broker and commit to the coordinator."""
+    topic, group = "events", "upstream-consumer-protocol"
+    bootstrap = f"127.0.0.1:{fronted.port}"
+    _create_topic(bootstrap, topic)
+    readers = [
+        Reader(bootstrap, f"member-{i}", consumer_protocol=True, topic=topic, group=group)
+        for i in range(2)
+    ]
+    try:
+        _until(
+            lambda: (
+                sorted(p for r in readers for p in r.assigned) == list(range(PARTITIONS))
+                and all(r.assigned for r in readers)
+            ),
+            "a disjoint cover of the upstream topic's partitions by two members",
+            lambda: [r.poll() for r in readers],
+        )
+        engine = fronted.gateway.backend.engine
+        assert engine.topics.by_name(topic).topic_id == topic_id_for(topic)
+        values = [b"event-%03d" % i for i in range(100)]
+        _produce(bootstrap, values, topic)
+        _read_until_caught_up(readers, bootstrap)
+        read = [value for r in readers for _, _, value in r.records]
+        assert sorted(read) == sorted(values), "every record once, none twice"
+        for r in readers:
+            r.commit()
+        committed = _committed_through_the_gateway(fronted.port, group)
+        assert sorted(committed) == list(range(PARTITIONS)) and sum(committed.values()) == 100
+        assert isinstance(engine.group(group), ConsumerGroup)
+    finally:
+        for r in readers:
+            r.close()
 
 
 def test_transactional_producers_are_refused_with_a_fatal_error(fronted: Running):

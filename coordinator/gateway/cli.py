@@ -25,6 +25,7 @@ GATEWAY_SETTINGS = frozenset(
         "metrics",
         "upstream.bootstrap.servers",
         "upstream.request.timeout.ms",
+        "upstream.metadata.max.age.ms",
     }
 )
 #: Kafka's socket.request.max.bytes: with an upstream, Produce carries records (a client's
@@ -315,7 +316,12 @@ def _upstream(args: argparse.Namespace, properties: dict[str, str], security: An
     reached with the gateway's own ``upstream.security.protocol``, ``upstream.sasl.*`` and
     ``upstream.ssl.*``."""
     from coordinator.gateway.security.client import UpstreamCredentials
-    from coordinator.gateway.upstream import DEFAULT_REQUEST_TIMEOUT_MS, Upstream, parse_bootstrap
+    from coordinator.gateway.upstream import (
+        DEFAULT_METADATA_MAX_AGE_MS,
+        DEFAULT_REQUEST_TIMEOUT_MS,
+        Upstream,
+        parse_bootstrap,
+    )
 
     servers = args.upstream or properties.get("upstream.bootstrap.servers", "")
     timeout_ms = args.upstream_request_timeout_ms or int(
@@ -327,10 +333,14 @@ def _upstream(args: argparse.Namespace, properties: dict[str, str], security: An
         if security.upstream.protocol != "PLAINTEXT":
             raise ValueError("upstream.security.protocol needs an upstream (--upstream)")
         return None
+    max_age = properties.get("upstream.metadata.max.age.ms", str(DEFAULT_METADATA_MAX_AGE_MS))
+    if not max_age.strip().isdigit():
+        raise ValueError(f"upstream.metadata.max.age.ms must be a number of ms, got {max_age!r}")
     return Upstream(
         parse_bootstrap(servers),
         request_timeout_ms=timeout_ms,
         credentials=UpstreamCredentials.from_settings(security.upstream),
+        metadata_max_age_ms=int(max_age),
     )
 
 

@@ -70,7 +70,7 @@ from coordinator.gateway.record_batch import (
     encode_message_set,
     fetch_magic,
 )
-from coordinator.topics import uuid_from_bytes
+from coordinator.topics import topic_id_for, uuid_from_bytes, uuid_to_bytes
 
 if TYPE_CHECKING:
     from coordinator.gateway.security.client import UpstreamCredentials
@@ -112,6 +112,15 @@ REQUEST_TIMED_OUT = 7
 COORDINATOR_NOT_AVAILABLE = 15
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
 UNSUPPORTED_COMPRESSION_TYPE = 76
+UNKNOWN_TOPIC_ID = 100
+
+#: The first version of the APIs that name a topic by its id alone: never advertised while the
+#: upstream has no topic ids (the ids clients know are then the gateway's own, which its
+#: brokers have never heard of), so that clients name topics as the upstream knows them.
+BY_TOPIC_ID = {codec.PRODUCE: 13, codec.FETCH: 13}
+#: The first Metadata version whose answers carry topic ids (KIP-516, Kafka 2.8).
+METADATA_TOPIC_IDS = 10
+ZERO_UUID = uuid.UUID(int=0)
 
 #: Per API, (the highest version Kafka 4 removed, the version it is asked upstream at instead).
 UPCONVERTED: dict[int, tuple[int, int]] = {codec.FETCH: (3, 4), codec.LIST_OFFSETS: (0, 1)}
@@ -138,6 +147,11 @@ LOCAL = Route.LOCAL
 
 #: Kafka's default request.timeout.ms (the clients'): how long a broker may take to answer.
 DEFAULT_REQUEST_TIMEOUT_MS = 30_000
+#: How often every topic is asked of the upstream (``upstream.metadata.max.age.ms``), so that
+#: consumer groups see topics created, grown and deleted. Kafka's clients refresh every 5
+#: minutes (``metadata.max.age.ms``); a Kafka coordinator sees its metadata image change at
+#: once, so the gateway asks more often.
+DEFAULT_METADATA_MAX_AGE_MS = 30_000
 DEFAULT_CONNECT_TIMEOUT_S = 5.0
 #: A Fetch answered with errors is held this long at most (the client's max_wait_ms, capped),
 #: so that clients do not spin while the broker is away.
@@ -203,14 +217,17 @@ def intersect(a: tuple[int, int], b: tuple[int, int]) -> tuple[int, int] | None:
 
 
 def advertised_versions(
-    upstream: dict[int, tuple[int, int]] | None,
+    upstream: dict[int, tuple[int, int]] | None, *, topic_ids: bool = True
 ) -> dict[int, tuple[int, int]]:
     """The ApiVersions table of the gateway in upstream mode: the group APIs and ApiVersions at
     the gateway's own ranges (never upstream); Metadata and every forwarded API at the
     intersection of the upstream's range and the versions the gateway reads and answers, from
     the gateway's floor for the APIs whose old versions it converts (:data:`UPCONVERTED`) when
-    the upstream serves the version they are asked at; no transaction API. While the upstream has not answered (``upstream`` None) the forwarded APIs
-    the gateway can answer alone with retriable errors keep its coordinator-only ranges."""
+    the upstream serves the version they are asked at; no transaction API; without
+    ``topic_ids`` (an upstream whose topics have none), below the versions that name topics by
+    id alone (:data:`BY_TOPIC_ID`). While the upstream has not answered (``upstream`` None) the
+    forwarded APIs the gateway can answer alone with retriable errors keep its coordinator-only
+    ranges."""
     own = {
         key: span
         for key, span in codec.SUPPORTED.items()
@@ -228,6 +245,8 @@ def advertised_versions(
             if theirs[0] <= asked <= theirs[1]:  # the old versions are asked at ``asked``
                 theirs = (ours[0], theirs[1])
         both = intersect(theirs, ours) if theirs is not None and ours is not None else None
+        if both is not None and not topic_ids and key in BY_TOPIC_ID:
+            both = intersect(both, (0, BY_TOPIC_ID[key] - 1))
         if both is not None:
             own[key] = both
     return dict(sorted(own.items()))
@@ -301,11 +320,40 @@ def only_log_topic(api_key: int, body: dict[str, Any]) -> bool:
 
 @dataclass
 class TopicShape:
-    """What the last upstream Metadata said of a topic, kept for answering without it."""
+    """What the last upstream Metadata said of a topic, kept for answering without it and for
+    the coordinator's consumer groups."""
 
-    topic_id: Any
+    #: The upstream's id; :data:`ZERO_UUID` when a Metadata answer that carries ids (v10+) had
+    #: none for it (a broker without topic ids); None while only older answers named it.
+    topic_id: uuid.UUID | None
     is_internal: bool
     partitions: list[int]
+
+
+def gateway_topic_id(name: str) -> uuid.UUID:
+    """The id the gateway gives a topic its upstream names without one: the one the gateway
+    without an upstream gives a ``--topic`` (:func:`coordinator.topics.topic_id_for`)."""
+    return uuid.UUID(bytes=uuid_to_bytes(topic_id_for(name)))
+
+
+def _as_uuid(value: Any) -> uuid.UUID | None:
+    """A Metadata field's topic id as a UUID; None for none (kio's null, or the zero UUID)."""
+    if value is None:
+        return None
+    found = value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))
+    return None if found == ZERO_UUID else found
+
+
+def unknown_topic_id(topic_id: uuid.UUID) -> dict[str, Any]:
+    """Kafka's Metadata entry for a topic asked for by an id no topic has."""
+    return {
+        "error_code": UNKNOWN_TOPIC_ID,
+        "name": None,
+        "topic_id": topic_id,
+        "is_internal": False,
+        "partitions": [],
+        "topic_authorized_operations": -(2**31),
+    }
 
 
 def unavailable_metadata(
@@ -711,8 +759,12 @@ class Upstream:
         request_timeout_ms: int = DEFAULT_REQUEST_TIMEOUT_MS,
         connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
         credentials: UpstreamCredentials | None = None,
+        metadata_max_age_ms: int = DEFAULT_METADATA_MAX_AGE_MS,
     ) -> None:
+        if metadata_max_age_ms <= 0:
+            raise ValueError(f"upstream.metadata.max.age.ms must be > 0, got {metadata_max_age_ms}")
         self.bootstrap = list(bootstrap)
+        self.metadata_max_age_s = metadata_max_age_ms / 1000
         #: the gateway's own TLS and SASL towards the upstream (None: plaintext)
         self.credentials = credentials
         self.request_timeout_s = request_timeout_ms / 1000
@@ -726,9 +778,12 @@ class Upstream:
         #: the upstream's ApiVersions table (None until it answered)
         self.api_versions: dict[int, tuple[int, int]] | None = None
         self._ensure_listener: EnsureListener | None = None
-        #: Called with the topic list when a Metadata answer changed it (consumer groups are
-        #: assigned from the upstream's topics).
+        #: Called with the topic list (:meth:`topic_list`) when a Metadata answer changed it
+        #: (consumer groups are assigned from the upstream's topics).
         self.on_topics: Callable[[list[dict[str, Any]]], None] | None = None
+        self._refresher: asyncio.Task[None] | None = None
+        #: Set when a topic needs its id asked for before the next periodic refresh.
+        self._refresh_soon = asyncio.Event()
         self._gateway_address: Address = ("127.0.0.1", 0)
         self._log_topic: LogTopicShape | None = None
         self._control = ClientLink(None)
@@ -769,28 +824,59 @@ class Upstream:
         return connection
 
     async def start(self) -> None:
-        """Ask the upstream for its API versions and brokers; an unreachable upstream is
-        logged, and asked again when a client needs it."""
+        """Ask the upstream for its API versions, brokers and topics, then again every
+        ``metadata_max_age_ms``; an unreachable upstream is logged, and asked again when a
+        client needs it and at the next refresh."""
         try:
             await self.refresh()
         except UpstreamUnavailable as exc:
             log.warning("upstream %s unreachable at start: %s", self.bootstrap, exc)
+        self._refresher = asyncio.create_task(self._refresh_forever(), name="upstream-metadata")
 
     async def stop(self) -> None:
+        task, self._refresher = self._refresher, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
         await self._control.close()
 
     async def refresh(self) -> None:
-        """ApiVersions and Metadata (brokers only) from the upstream, on the gateway's own
-        connection. Raises :class:`UpstreamUnavailable`."""
+        """ApiVersions, then Metadata of every topic (at the highest version both serve, with
+        topic ids from v10) from the upstream, on the gateway's own connection. Raises
+        :class:`UpstreamUnavailable`."""
         versions = await self._ask(codec.API_VERSIONS, 0, {})
         if int(versions["error_code"]) == 0:
             self.api_versions = {
                 int(k["api_key"]): (int(k["min_version"]), int(k["max_version"]))
                 for k in versions["api_keys"]
             }
-        metadata_version = 1  # every Kafka since 0.10 serves it; brokers and racks
-        answer = await self._ask(codec.METADATA, metadata_version, {"topics": []})
-        await self._learn(answer)
+        theirs = (self.api_versions or {}).get(codec.METADATA, (1, 1))
+        # v1 at least: v0's "every topic" is an empty list
+        version = max(1, min(theirs[1], codec.SUPPORTED[codec.METADATA][1]))
+        body = {
+            "topics": None,
+            "allow_auto_topic_creation": False,
+            "include_cluster_authorized_operations": False,
+            "include_topic_authorized_operations": False,
+        }
+        answer = await self._ask(codec.METADATA, version, body)
+        await self._learn(answer, everything=True, with_ids=version >= METADATA_TOPIC_IDS)
+
+    async def _refresh_forever(self) -> None:
+        """Kafka's metadata refresh: every topic asked again every ``metadata_max_age_ms``,
+        or sooner when a client's Metadata named a topic whose id is not known yet."""
+        while True:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.metadata_max_age_s):
+                    await self._refresh_soon.wait()
+            self._refresh_soon.clear()
+            try:
+                await self.refresh()
+            except UpstreamUnavailable as exc:
+                log.info("upstream metadata refresh failed: %s", exc)
+            except Exception:  # an answer that does not decode: the next refresh tries again
+                log.exception("upstream metadata refresh failed")
+            await asyncio.sleep(min(1.0, self.metadata_max_age_s))  # never more than once a second
 
     async def _ask(self, api_key: int, version: int, body: dict[str, Any]) -> dict[str, Any]:
         frame = codec.encode_request(api_key, version, 1, body, client_id="coordinator-gateway")
@@ -816,44 +902,131 @@ class Upstream:
         seen = [self.brokers[n] for n in sorted(self.brokers)]
         return seen + [a for a in self.bootstrap if a not in seen]
 
-    async def _learn(self, answer: dict[str, Any]) -> None:
-        """Take the brokers and topics of a Metadata answer; open a listener per new broker."""
+    async def _learn(self, answer: dict[str, Any], *, everything: bool, with_ids: bool) -> None:
+        """Take the brokers and topics of a Metadata answer (plain data, as the upstream gave
+        it); open a listener per new broker. ``everything``: the answer lists every topic, so a
+        topic it lacks was deleted; otherwise it only adds and updates. ``with_ids``: its
+        version carries topic ids (v10+), where a null id means the upstream has none; an older
+        answer keeps the id known. The coordinator is told when its topic list changes."""
         self.brokers = {int(b["node_id"]): (b["host"], int(b["port"])) for b in answer["brokers"]}
         self.racks = {int(b["node_id"]): b.get("rack") for b in answer["brokers"]}
         self.cluster_id = answer.get("cluster_id", self.cluster_id)
         self.controller_id = int(answer.get("controller_id", -1))
-        before = dict(self.topics)
+        listed = self.topic_list()
+        before = self.topics
+        seen: dict[str, TopicShape] = {}
         for topic in answer.get("topics") or []:
-            if int(topic["error_code"]) == 0:
-                self.topics[topic["name"]] = TopicShape(
-                    topic.get("topic_id"),
-                    bool(topic.get("is_internal", False)),
-                    sorted(int(p["partition_index"]) for p in topic["partitions"]),
-                )
-        if self.on_topics is not None and self.topics != before:
-            self.on_topics(self.topic_list())
+            name = topic.get("name")
+            if name is None:
+                continue
+            if int(topic["error_code"]) != 0:
+                if everything and name in before:  # listed, so it exists (no leader, say)
+                    seen[name] = before[name]
+                continue
+            known = before.get(name)
+            topic_id: uuid.UUID | None
+            if with_ids:
+                topic_id = _as_uuid(topic.get("topic_id")) or ZERO_UUID
+            else:
+                topic_id = None if known is None else known.topic_id
+            seen[name] = TopicShape(
+                topic_id,
+                bool(topic.get("is_internal", False)),
+                sorted(int(p["partition_index"]) for p in topic["partitions"]),
+            )
+        self.topics = seen if everything else {**before, **seen}
+        if any(shape.topic_id is None for shape in seen.values()) and self.serves_topic_ids:
+            self._refresh_soon.set()  # its id comes with the next listing
+        if self.on_topics is not None:
+            now = self.topic_list()
+            if now != listed:
+                self.on_topics(now)
         if self._ensure_listener is not None:
             for node_id in sorted(self.brokers):
                 await self._ensure_listener(node_id)
 
+    @property
+    def serves_topic_ids(self) -> bool:
+        """Whether the upstream names its topics by id: it serves Metadata v10+ and no topic
+        it listed so had a null id (noida-db answers v12 with none; Kafka 2.8+ has them)."""
+        theirs = (self.api_versions or {}).get(codec.METADATA)
+        if theirs is None or theirs[1] < METADATA_TOPIC_IDS:
+            return False
+        return all(shape.topic_id != ZERO_UUID for shape in self.topics.values())
+
+    def topic_id(self, name: str) -> uuid.UUID | None:
+        """The id clients and the coordinator know the topic ``name`` by: the upstream's, or
+        the gateway's own (:func:`gateway_topic_id`) for an upstream without topic ids; None for
+        a topic not seen, or seen only in answers older than v10 from an upstream with ids."""
+        shape = self.topics.get(name)
+        if shape is None:
+            return None
+        if shape.topic_id is None:
+            return None if self.serves_topic_ids else gateway_topic_id(name)
+        return gateway_topic_id(name) if shape.topic_id == ZERO_UUID else shape.topic_id
+
     def topic_list(self) -> list[dict[str, Any]]:
-        """The upstream's topics as the coordinator learns them (contract, section 6): those
-        with a topic id (Metadata v10+), internal ones left out."""
+        """The upstream's topics as the coordinator learns them (contract, section 6): every
+        topic but the internal ones, with the ids of :meth:`topic_id` (a topic whose id is
+        not known yet is left out until it is)."""
         out = []
         for name, shape in sorted(self.topics.items()):
-            if shape.is_internal or shape.topic_id is None:
-                continue
-            raw = uuid.UUID(str(shape.topic_id)).bytes
-            if raw == bytes(16):
+            topic_id = self.topic_id(name)
+            if shape.is_internal or topic_id is None:
                 continue
             out.append(
                 {
                     "name": name,
-                    "topic_id": uuid_from_bytes(raw),
+                    "topic_id": uuid_from_bytes(topic_id.bytes),
                     "partitions": len(shape.partitions),
                 }
             )
         return out
+
+    def named_topics(
+        self, body: dict[str, Any], *, any_id: bool = False
+    ) -> tuple[dict[str, Any], list[uuid.UUID]]:
+        """A Metadata request (plain data) whose topics asked for by the gateway's own ids
+        (every known id with ``any_id``) are asked for by name, and the ids asked for that no
+        known topic has (Kafka answers them UNKNOWN_TOPIC_ID): an upstream without topic ids
+        knows its topics by name only."""
+        wanted = body.get("topics")
+        if not wanted:
+            return body, []
+        names: dict[uuid.UUID, tuple[str, bool]] = {}  # id -> (name, the gateway's own id)
+        for name, shape in self.topics.items():
+            topic_id = self.topic_id(name)
+            if topic_id is not None:
+                names[topic_id] = (name, shape.topic_id != topic_id)
+        topics, unknown = [], []
+        for topic in wanted:
+            topic_id = _as_uuid(topic.get("topic_id"))
+            known = names.get(topic_id) if topic_id is not None else None
+            if topic.get("name") is not None or topic_id is None:
+                topics.append(topic)
+            elif known is None:
+                unknown.append(topic_id)
+            elif any_id or known[1]:
+                topics.append({**topic, "name": known[0], "topic_id": None})
+            else:  # the upstream's own id: it answers it
+                topics.append(topic)
+        if len(topics) == len(wanted) and all(a is b for a, b in zip(topics, wanted, strict=True)):
+            return body, []
+        return {**body, "topics": topics}, unknown
+
+    def with_topic_ids(self, answer: dict[str, Any], unknown: list[uuid.UUID]) -> dict[str, Any]:
+        """A Metadata answer (v10+) whose topics carry the ids of :meth:`topic_id` where the
+        upstream gave none, and an UNKNOWN_TOPIC_ID entry for each id in ``unknown``."""
+        topics = []
+        for topic in answer["topics"]:
+            name = topic.get("name")
+            if name is not None and _as_uuid(topic.get("topic_id")) is None:
+                topic_id = self.topic_id(name)
+                if topic_id is not None:
+                    topic = {**topic, "topic_id": topic_id}
+            topics.append(topic)
+        topics += [unknown_topic_id(topic_id) for topic_id in unknown]
+        return {**answer, "topics": topics}
 
     async def listeners(self) -> dict[int, Address]:
         assert self._ensure_listener is not None
@@ -874,7 +1047,7 @@ class Upstream:
         if self.api_versions is None:
             with contextlib.suppress(UpstreamUnavailable):
                 await self.refresh()
-        return advertised_versions(self.api_versions)
+        return advertised_versions(self.api_versions, topic_ids=self.serves_topic_ids)
 
     # --- serving a client's request ---------------------------------------------------------
 
@@ -911,11 +1084,24 @@ class Upstream:
             and only_log_topic(api_key, body)
         ):
             return LOCAL  # authorized by the gateway's own dispatch
+        asked = body  # before any topic id is put as its name
+        unknown_ids: list[uuid.UUID] = []
+        if (
+            api_key == codec.METADATA
+            and version >= METADATA_TOPIC_IDS
+            and not self.serves_topic_ids
+        ):
+            named, unknown_ids = self.named_topics(body)
+            if named is not body:
+                body = named
+                frame = codec.encode_request(
+                    api_key, version, correlation_id, body, request.client_id
+                )[4:]
         decision = None
         if session is not None and session.security.enforcing:
             from coordinator.gateway.security import forwarded
 
-            names = {str(shape.topic_id): name for name, shape in self.topics.items()}
+            names = {str(self.topic_id(name)): name for name in self.topics}
             decision = forwarded.guard(session, api_key, version, body, names)
             if decision.forward is None:
                 assert decision.refused is not None
@@ -943,7 +1129,7 @@ class Upstream:
                 api_key,
                 version,
                 correlation_id,
-                body,
+                asked,
                 failure,
                 None if decision is None else session,
             )
@@ -952,7 +1138,10 @@ class Upstream:
         if api_key == codec.METADATA:
             _, decoded = codec.decode_response(api_key, version, response)
             answer = codec.plain(decoded)
-            await self._learn(answer)
+            wanted = body.get("topics")
+            everything = wanted is None or (version == 0 and not wanted)
+            with_ids = version >= METADATA_TOPIC_IDS
+            await self._learn(answer, everything=everything, with_ids=with_ids)
             rewritten = rewrite_brokers(answer, await self.listeners())
             rewritten = self._with_log_topic(version, body, rewritten)
             if decision is not None and session is not None:
@@ -960,6 +1149,8 @@ class Upstream:
 
                 rewritten = enforce.filter_metadata(session, version, body, rewritten)
                 rewritten = forwarded.named_denied_metadata(session, version, body, rewritten)
+            if with_ids:
+                rewritten = self.with_topic_ids(rewritten, unknown_ids)
             return codec.encode_response(api_key, version, correlation_id, rewritten)
         if decision is not None and decision.refused is not None:
             from coordinator.gateway.security import forwarded
@@ -1039,12 +1230,21 @@ class Upstream:
                 node_id, host, port = await self.coordinator()
                 brokers = [{"node_id": node_id, "host": host, "port": port, "rack": None}]
             controller = self.controller_id if self.brokers else brokers[0]["node_id"]
-            answer = unavailable_metadata(body, brokers, self.cluster_id, controller, self.topics)
+            body, unknown = self.named_topics(body, any_id=True)
+            known = {
+                name: TopicShape(
+                    self.topic_id(name) or ZERO_UUID, shape.is_internal, shape.partitions
+                )
+                for name, shape in self.topics.items()
+            }
+            answer = unavailable_metadata(body, brokers, self.cluster_id, controller, known)
             answer = self._with_log_topic(version, body, answer)
             if session is not None:
                 from coordinator.gateway.security import enforce
 
                 answer = enforce.filter_metadata(session, version, body, answer)
+            if version >= METADATA_TOPIC_IDS:
+                answer = self.with_topic_ids(answer, unknown)
             return codec.encode_response(api_key, version, correlation_id, answer)
         try:
             answer = error_answer(api_key, body, unavailable_error(api_key, failure), str(failure))
