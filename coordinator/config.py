@@ -13,6 +13,8 @@ from typing import Any
 
 #: The server-side assignors of consumer groups (Kafka's ``group.consumer.assignors``).
 CONSUMER_GROUP_ASSIGNORS = ("uniform", "range")
+#: Kafka's ``group.consumer.migration.policy`` values (``ConsumerGroupMigrationPolicy``).
+MIGRATION_POLICIES = ("disabled", "upgrade", "downgrade", "bidirectional")
 
 # Not configurable in Kafka either (4.x CLASSIC_GROUP_NEW_MEMBER_JOIN_TIMEOUT_MS).
 NEW_MEMBER_JOIN_TIMEOUT_MS = 300_000
@@ -40,6 +42,10 @@ class CoordinatorConfig:
     group_consumer_max_size: int = 2_147_483_647
     #: The first is the default when no member names one (``group.consumer.assignors``).
     group_consumer_assignors: tuple[str, ...] = CONSUMER_GROUP_ASSIGNORS
+    #: Online conversion between classic and consumer groups with members: ``upgrade`` (a
+    #: ConsumerGroupHeartbeat to a classic group), ``downgrade`` (the last consumer-protocol
+    #: member leaving a group of classic members), both, or neither.
+    group_consumer_migration_policy: str = "bidirectional"
 
     def __post_init__(self) -> None:
         # Kafka's validators (ConfigDef.Range.atLeast(1)) for the settings that have one.
@@ -119,6 +125,25 @@ class CoordinatorConfig:
                 f"group.consumer.assignors must name some of {', '.join(CONSUMER_GROUP_ASSIGNORS)}, "
                 f"got {assignors!r}"
             )
+        policy: Any = self.group_consumer_migration_policy
+        if isinstance(policy, str):  # Kafka's parser: case-insensitive, trimmed
+            policy = policy.strip().lower()
+            object.__setattr__(self, "group_consumer_migration_policy", policy)
+        if policy not in MIGRATION_POLICIES:
+            raise ValueError(
+                f"group.consumer.migration.policy must be one of {', '.join(MIGRATION_POLICIES)}, "
+                f"got {self.group_consumer_migration_policy!r}"
+            )
+
+    @property
+    def upgrade_enabled(self) -> bool:
+        """Kafka's ``ConsumerGroupMigrationPolicy.isUpgradeEnabled``."""
+        return self.group_consumer_migration_policy in ("upgrade", "bidirectional")
+
+    @property
+    def downgrade_enabled(self) -> bool:
+        """Kafka's ``ConsumerGroupMigrationPolicy.isDowngradeEnabled``."""
+        return self.group_consumer_migration_policy in ("downgrade", "bidirectional")
 
     @property
     def offsets_retention_ms(self) -> int:
@@ -134,5 +159,6 @@ class CoordinatorConfig:
             name = key.replace(".", "_").replace("-", "_")
             if name not in known:
                 raise ValueError(f"unknown coordinator setting {key!r}")
-            kwargs[name] = value if name == "group_consumer_assignors" else int(value)
+            textual = name in ("group_consumer_assignors", "group_consumer_migration_policy")
+            kwargs[name] = value if textual else int(value)
         return cls(**kwargs)

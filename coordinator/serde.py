@@ -48,6 +48,10 @@ class Writer:
     def getvalue(self) -> bytes:
         return bytes(self._buf)
 
+    def raw(self, value: bytes) -> None:
+        """Bytes already encoded (a tagged field's body), as they are."""
+        self._buf += value
+
     # -- fixed width ---------------------------------------------------------------------------
 
     def _pack(self, fmt: struct.Struct, value: int, what: str) -> None:
@@ -321,6 +325,10 @@ class Reader:
         if n < 0:
             return -1
         return self._check_count(n)
+
+    def take(self, n: int) -> bytes:
+        """The next ``n`` bytes as they are (a tagged field's body)."""
+        return self._take(n)
 
     def skip_tagged_fields(self) -> None:
         """Read a tagged-field section and discard every field (all tags are unknown to us)."""

@@ -45,6 +45,7 @@ from coordinator.ids import IdSource
 from coordinator.log.partitioning import partition_for
 from coordinator.log.records import Group
 from coordinator.modern import apis as modern_apis
+from coordinator.modern import classic as classic_members
 from coordinator.modern import heartbeat as modern
 from coordinator.modern.model import ConsumerGroup
 from coordinator.offsets import manager as offsets
@@ -76,9 +77,9 @@ GROUP_APIS: dict[str, Callable[[GroupContext, Request], None]] = {
 ON_CONSUMER_GROUP: dict[str, Callable[[GroupContext, Request], None]] = {
     **GROUP_APIS,
     "join_group": modern_apis.join_group,
-    "sync_group": modern_apis.unknown_classic_member,
-    "heartbeat": modern_apis.unknown_classic_member,
-    "leave_group": modern_apis.unknown_classic_member,
+    "sync_group": classic_members.sync_group,
+    "heartbeat": classic_members.heartbeat,
+    "leave_group": classic_members.leave_group,
     "describe_groups": modern_apis.describe_group,
     "delete_groups": modern_apis.delete_group,
 }
@@ -131,6 +132,8 @@ def fire_timer(ctx: GroupContext, key: str) -> None:
         modern.expire_session(ctx, timer.payload)
     elif kind == modern.CONSUMER_REBALANCE:
         modern.expire_rebalance(ctx, timer.payload)
+    elif kind in (modern.CONSUMER_JOIN, modern.CONSUMER_SYNC):
+        modern.expire_session(ctx, timer.payload)  # a classic member late to rejoin or sync
     elif isinstance(group, ConsumerGroup):
         return  # a classic timer left over from the classic group this one replaced
     elif kind == HEARTBEAT:

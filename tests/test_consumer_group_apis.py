@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from coordinator.group.model import ClassicGroup
 from coordinator.modern.model import ConsumerGroup
 from tests.consumer_groups import FOO, GROUP, M1, M2, Context, kinds, owned
@@ -204,7 +206,9 @@ def test_describe_groups_answers_a_consumer_group_as_dead() -> None:
     assert (answer["error"], answer["group_state"], answer["members"]) == (None, "Dead", [])
 
 
-def test_classic_members_cannot_join_a_consumer_group() -> None:
+def test_classic_requests_of_a_consumer_protocol_member_are_unknown_member() -> None:
+    """A consumer-protocol member's classic requests (throwIfMemberDoesNotUseClassicProtocol),
+    and a join whose protocol type the group cannot take (throwIfClassicProtocolIsNotSupported)."""
     ctx = Context()
     ctx.join(M1)
     join = ctx.send(
@@ -212,8 +216,9 @@ def test_classic_members_cannot_join_a_consumer_group() -> None:
             "api": "join_group",
             "member_id": "",
             "session_timeout_ms": 10_000,
-            "protocol_type": "consumer",
+            "protocol_type": "connect",
             "protocols": [{"name": "range", "metadata": b""}],
+            "api_version": 5,
         }
     )
     assert join["error"] == "INCONSISTENT_GROUP_PROTOCOL" and join["generation_id"] == -1
@@ -229,7 +234,11 @@ def test_classic_members_cannot_join_a_consumer_group() -> None:
             },
         ),
     ):
-        assert ctx.send({"api": api, **fields})["error"] == "UNKNOWN_MEMBER_ID"
+        answer = ctx.send({"api": api, **fields})
+        assert (answer["error"], answer["error_message"]) == (
+            "UNKNOWN_MEMBER_ID",
+            f"Member {M1} does not use the classic protocol.",
+        )
     leave = ctx.send(
         {"api": "leave_group", "members": [{"member_id": M1, "group_instance_id": None}]}
     )
@@ -237,15 +246,32 @@ def test_classic_members_cannot_join_a_consumer_group() -> None:
     assert set(ctx.group().members) == {M1}
 
 
-def test_a_consumer_member_cannot_join_a_classic_group_with_members() -> None:
-    ctx = Context(group_initial_rebalance_delay_ms=0)
+@pytest.mark.parametrize("policy", ["disabled", "downgrade"])
+def test_a_consumer_member_cannot_join_a_classic_group_with_members_without_upgrades(
+    policy: str,
+) -> None:
+    ctx = Context(group_initial_rebalance_delay_ms=0, group_consumer_migration_policy=policy)
     classic_join(ctx)
+    ctx.records()
     answer = ctx.join(M1)
     assert (answer["error"], answer["error_message"]) == (
         "GROUP_ID_NOT_FOUND",
         f"Group {GROUP} is not a consumer group.",
     )
-    assert isinstance(ctx.c.group(GROUP), ClassicGroup)
+    assert isinstance(ctx.c.group(GROUP), ClassicGroup) and ctx.records() == []
+
+
+def test_a_classic_group_whose_subscriptions_do_not_parse_is_not_upgraded() -> None:
+    ctx = Context(group_initial_rebalance_delay_ms=0)
+    classic_join(ctx)  # its metadata is empty: no consumer-protocol subscription
+    ctx.records()
+    answer = ctx.join(M1)
+    assert (answer["error"], answer["error_message"]) == (
+        "GROUP_ID_NOT_FOUND",
+        f"Cannot upgrade the classic group {GROUP} to consumer group because the embedded "
+        "consumer protocol is malformed.",
+    )
+    assert isinstance(ctx.c.group(GROUP), ClassicGroup) and ctx.records() == []
 
 
 def test_an_empty_classic_group_becomes_a_consumer_group_and_keeps_its_offsets() -> None:

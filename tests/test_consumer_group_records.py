@@ -106,8 +106,8 @@ def test_each_record_type_is_kafkas_bytes(record: dict, key: str, value: str | N
 
 
 def test_unknown_tagged_fields_are_skipped_and_trailing_bytes_ignored() -> None:
-    # A member written by a migrating (classic) member carries tag 0; this log skips it.
-    value = h("0000 00 00 0263 0268 02 04666f6f 00 00001388 00 01 00 02 abcd")
+    # A tag this version does not know (1) is skipped.
+    value = h("0000 00 00 0263 0268 02 04666f6f 00 00001388 00 01 01 02 abcd")
     fields = codec.decode_key(h("0005 0003 666f6f 0001 6d"))
     assert fields == ConsumerGroupKey(5, "foo", member_id="m")
     record = log.record_from_bytes(h("0005 0003 666f6f 0001 6d"), value)

@@ -713,10 +713,10 @@ def leave_group(ctx: GroupContext, request: Request) -> None:
     identities: list[dict[str, Any]] = request.body["members"]
     group = ctx.classic
     if group is None:
-        results = [_leave_result(m, Error.UNKNOWN_MEMBER_ID) for m in identities]
-        return _answer_leave(ctx, request, Error.NONE, results)
+        results = [leave_result(m, Error.UNKNOWN_MEMBER_ID) for m in identities]
+        return answer_leave(ctx, request, Error.NONE, results)
     if group.state is DEAD:
-        return _answer_leave(ctx, request, Error.COORDINATOR_NOT_AVAILABLE, [])
+        return answer_leave(ctx, request, Error.COORDINATOR_NOT_AVAILABLE, [])
 
     results = []
     reason: str | None = None
@@ -737,17 +737,17 @@ def leave_group(ctx: GroupContext, request: Request) -> None:
                     f"Removing member {target} on LeaveGroup; "
                     f"client reason: {leave_reason(identity['reason'])}"
                 )
-        results.append(_leave_result(identity, error))
+        results.append(leave_result(identity, error))
 
     if reason is not None:
         if group.state is STABLE or group.state is COMPLETING:
             maybe_prepare_rebalance_or_complete_join(ctx, group, reason)
         elif group.state is PREPARING:
             maybe_complete_join_phase(ctx, group)
-    return _answer_leave(ctx, request, Error.NONE, results)
+    return answer_leave(ctx, request, Error.NONE, results)
 
 
-def _leave_result(identity: dict[str, Any], error: Error) -> dict[str, Any]:
+def leave_result(identity: dict[str, Any], error: Error) -> dict[str, Any]:
     return {
         "member_id": identity["member_id"],
         "group_instance_id": identity["group_instance_id"],
@@ -756,7 +756,7 @@ def _leave_result(identity: dict[str, Any], error: Error) -> dict[str, Any]:
     }
 
 
-def _answer_leave(
+def answer_leave(
     ctx: GroupContext, request: Request, error: Error, results: list[dict[str, Any]]
 ) -> None:
     if request.api_version < 3 and error is Error.NONE and results:

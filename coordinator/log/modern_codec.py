@@ -4,7 +4,9 @@ A key is its record type as an int16 (the "key version": 3 to 8 and 16) followed
 in the classic, non-flexible encoding; a value is an int16 version (0 for all of them) followed
 by its fields in the flexible encoding (compact strings and arrays, a tagged-field section
 closing each struct), as Kafka's generated ``ConsumerGroup*Key``/``Value`` classes write them.
-Tagged fields are skipped on read (the classic-member metadata of a migrating member is one).
+Unknown tagged fields are skipped on read; the one tagged field Kafka 4.0 writes, the
+classic-member metadata of a member that speaks the classic protocol (tag 0 of
+ConsumerGroupMemberMetadataValue), is read and written.
 Maps are written in a canonical order: topics by topic id, partitions ascending.
 Malformed input raises :class:`coordinator.serde.DecodeError`.
 """
@@ -125,13 +127,15 @@ def _value(body: Callable[[Writer], None]) -> bytes:
 T = TypeVar("T")
 
 
-def _read_value(data: bytes, body: Callable[[Reader], T]) -> T:
+def _read_value(data: bytes, body: Callable[[Reader], T], *, own_tags: bool = False) -> T:
+    """A value's fields; its tagged fields skipped, unless ``body`` reads them (``own_tags``)."""
     r = Reader(data)
     version = r.int16()
     if version != VALUE_VERSION:
         raise DecodeError(f"unknown consumer group record value version {version}")
     out = body(r)
-    r.skip_tagged_fields()
+    if not own_tags:
+        r.skip_tagged_fields()
     return out
 
 
@@ -159,7 +163,15 @@ def encode_partition_metadata(topics: list[dict[str, Any]]) -> bytes:
     return _value(body)
 
 
+#: The tag of ConsumerGroupMemberMetadataValue's ClassicMemberMetadata.
+CLASSIC_MEMBER_METADATA_TAG = 0
+
+
 def encode_member_metadata(member: dict[str, Any]) -> bytes:
+    """``member["classic_member_metadata"]``: None, or ``{session_timeout_ms,
+    supported_protocols: [{name, metadata}]}``, written as Kafka writes a nullable struct in a
+    tagged field (its size + 1, then the varint 1, then the struct)."""
+
     def body(w: Writer) -> None:
         w.compact_nullable_string(member["instance_id"])
         w.compact_nullable_string(member["rack_id"])
@@ -170,7 +182,27 @@ def encode_member_metadata(member: dict[str, Any]) -> bytes:
         w.int32(member["rebalance_timeout_ms"])
         w.compact_nullable_string(member["server_assignor"])
 
-    return _value(body)
+    classic = member.get("classic_member_metadata")
+    if classic is None:
+        return _value(body)
+    inner = Writer()
+    inner.int32(classic["session_timeout_ms"])
+    inner.compact_array_len(len(classic["supported_protocols"]))
+    for protocol in classic["supported_protocols"]:
+        inner.compact_string(protocol["name"])
+        inner.compact_bytes(protocol["metadata"])
+        inner.empty_tagged_fields()
+    inner.empty_tagged_fields()
+    struct = inner.getvalue()
+    w = Writer()
+    w.int16(VALUE_VERSION)
+    body(w)
+    w.uvarint(1)  # one tagged field
+    w.uvarint(CLASSIC_MEMBER_METADATA_TAG)
+    w.uvarint(len(struct) + 1)
+    w.uvarint(1)  # not null
+    w.raw(struct)
+    return w.getvalue()
 
 
 def encode_target_assignment_member(topic_partitions: TopicPartitions) -> bytes:
@@ -205,7 +237,8 @@ def encode_regular_expression(topics: list[str], version: int, timestamp: int) -
 
 def decode_value(record_type: int, data: bytes) -> dict[str, Any]:
     """A value's fields, named as the record dict names them (snake_case of Kafka's)."""
-    return _read_value(data, _DECODERS[record_type])
+    own_tags = record_type == CONSUMER_GROUP_MEMBER_METADATA
+    return _read_value(data, _DECODERS[record_type], own_tags=own_tags)
 
 
 def _read_epoch(r: Reader) -> dict[str, Any]:
@@ -232,7 +265,7 @@ def _read_partition_metadata(r: Reader) -> dict[str, Any]:
 
 
 def _read_member_metadata(r: Reader) -> dict[str, Any]:
-    return {
+    out: dict[str, Any] = {
         "instance_id": r.compact_nullable_string(),
         "rack_id": r.compact_nullable_string(),
         "client_id": r.compact_string(),
@@ -241,7 +274,27 @@ def _read_member_metadata(r: Reader) -> dict[str, Any]:
         "subscribed_topic_regex": r.compact_nullable_string(),
         "rebalance_timeout_ms": r.int32(),
         "server_assignor": r.compact_nullable_string(),
+        "classic_member_metadata": None,
     }
+    for _ in range(r.uvarint()):  # the value's tagged fields
+        tag, size = r.uvarint(), r.uvarint()
+        data = r.take(size)
+        if tag == CLASSIC_MEMBER_METADATA_TAG:
+            out["classic_member_metadata"] = _read_classic_member_metadata(Reader(data))
+    return out
+
+
+def _read_classic_member_metadata(r: Reader) -> dict[str, Any] | None:
+    if r.uvarint() <= 0:
+        return None
+    session_timeout_ms = r.int32()
+    protocols = []
+    for _ in range(_count(r)):
+        name = r.compact_string()
+        protocols.append({"name": name, "metadata": r.compact_bytes()})
+        r.skip_tagged_fields()
+    r.skip_tagged_fields()
+    return {"session_timeout_ms": session_timeout_ms, "supported_protocols": protocols}
 
 
 def _read_target_member(r: Reader) -> dict[str, Any]:

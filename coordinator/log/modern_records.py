@@ -22,6 +22,7 @@ from coordinator.log.modern_codec import ConsumerGroupKey
 from coordinator.modern.model import (
     LEAVE_GROUP_MEMBER_EPOCH,
     Assignment,
+    ClassicMemberMetadata,
     ConsumerGroup,
     ConsumerGroupMember,
     MemberState,
@@ -102,8 +103,18 @@ class RecordBuilder:
         return self._record(codec.CONSUMER_GROUP_PARTITION_METADATA, None)
 
     def member_subscription(self, member: ConsumerGroupMember) -> dict[str, Any]:
+        classic = member.classic
         value = codec.encode_member_metadata(
             {
+                "classic_member_metadata": None
+                if classic is None
+                else {
+                    "session_timeout_ms": classic.session_timeout_ms,
+                    "supported_protocols": [
+                        {"name": name, "metadata": metadata}
+                        for name, metadata in classic.supported_protocols
+                    ],
+                },
                 "instance_id": member.instance_id,
                 "rack_id": member.rack_id,
                 "client_id": member.client_id,
@@ -234,7 +245,17 @@ def _member_metadata(group: ConsumerGroup, rec: Mapping[str, Any]) -> None:
             subscribed_topic_regex=rec["subscribed_topic_regex"],
             rebalance_timeout_ms=rec["rebalance_timeout_ms"],
             server_assignor=rec["server_assignor"],
+            classic=_classic(rec.get("classic_member_metadata")),
         )
+    )
+
+
+def _classic(raw: Mapping[str, Any] | None) -> ClassicMemberMetadata | None:
+    if raw is None:
+        return None
+    return ClassicMemberMetadata(
+        raw["session_timeout_ms"],
+        tuple((p["name"], bytes(p["metadata"])) for p in raw["supported_protocols"]),
     )
 
 

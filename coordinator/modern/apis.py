@@ -8,11 +8,9 @@ Kafka 4.0 answers them as follows, and so does this coordinator:
   and every record of the group tombstoned (``createGroupTombstoneRecords``);
 - JoinGroup: to an Empty consumer group, the group is deleted (its records tombstoned, its
   offsets kept) and the join goes to a classic group as if there had been none
-  (``maybeDeleteEmptyConsumerGroup``); to one with members, Kafka lets a classic consumer join
-  it (online migration and mixed groups), this coordinator does not: it answers
-  INCONSISTENT_GROUP_PROTOCOL, Kafka's answer to a member whose protocols the group cannot take;
-- SyncGroup, Heartbeat, LeaveGroup: no member of the group uses the classic protocol, so
-  UNKNOWN_MEMBER_ID (Kafka's answer to an unknown classic member of a consumer group).
+  (``maybeDeleteEmptyConsumerGroup``); to one with members, the classic consumer joins it as a
+  member of the consumer group (:mod:`coordinator.modern.classic`), as do its SyncGroup,
+  Heartbeat and LeaveGroup.
 
 OffsetCommit, OffsetFetch and OffsetDelete serve both kinds (:mod:`coordinator.offsets.manager`).
 """
@@ -25,9 +23,10 @@ from coordinator.context import GroupContext
 from coordinator.errors import Error
 from coordinator.group import membership
 from coordinator.log import records as log
+from coordinator.modern import classic
 from coordinator.modern.heartbeat import record_builder, remove_member_records
 from coordinator.modern.model import ConsumerGroup
-from coordinator.requests import Request, error_response, failed_join_fields
+from coordinator.requests import Request
 
 
 def describe_group(ctx: GroupContext, request: Request) -> None:
@@ -76,32 +75,4 @@ def join_group(ctx: GroupContext, request: Request) -> None:
             ctx.append(record)
         membership.join_group(ctx, request)  # on the offsets' simple group, or on nothing
         return
-    member_id = request.body["member_id"]
-    ctx.responses.append(
-        error_response(
-            request,
-            Error.INCONSISTENT_GROUP_PROTOCOL,
-            f"Group {ctx.group_id} is a consumer group; this coordinator does not let "
-            "classic-protocol members join it",
-        )
-        | failed_join_fields(member_id)
-    )
-
-
-def unknown_classic_member(ctx: GroupContext, request: Request) -> None:
-    """SyncGroup, Heartbeat and LeaveGroup from a classic member a consumer group lacks."""
-    message = f"no member of consumer group {ctx.group_id} uses the classic protocol"
-    if request.api == "leave_group":
-        members = [
-            {
-                "member_id": m["member_id"],
-                "group_instance_id": m["group_instance_id"],
-                "error_code": int(Error.UNKNOWN_MEMBER_ID),
-                "error": Error.UNKNOWN_MEMBER_ID.name,
-            }
-            for m in request.body["members"]
-        ]
-        error = Error.UNKNOWN_MEMBER_ID if request.api_version < 3 else Error.NONE
-        ctx.respond("leave_group", request.request_id, error, message, members=members)
-        return
-    ctx.responses.append(error_response(request, Error.UNKNOWN_MEMBER_ID, message))
+    classic.join_group(ctx, request)

@@ -70,6 +70,13 @@ CONSUMER_REBALANCE = "consumer-rebalance"
 
 #: Member type in ConsumerGroupDescribe v1 (Kafka 4.0): 1 = consumer protocol, 0 = classic.
 CONSUMER_MEMBER_TYPE = 1
+CLASSIC_MEMBER_TYPE = 0
+
+
+#: A classic member's time to rejoin when asked, and to sync after joining
+#: (:mod:`coordinator.modern.classic`); both fence it.
+CONSUMER_JOIN = "consumer-join"
+CONSUMER_SYNC = "consumer-sync"
 
 
 def session_key(member_id: str) -> str:
@@ -78,6 +85,20 @@ def session_key(member_id: str) -> str:
 
 def rebalance_key(member_id: str) -> str:
     return "rebalance-timeout-" + member_id
+
+
+def join_key(member_id: str) -> str:
+    return "join-timeout-" + member_id
+
+
+def sync_key(member_id: str) -> str:
+    return "sync-timeout-" + member_id
+
+
+def cancel_timers(ctx: GroupContext, member_id: str) -> None:
+    """Kafka's ``cancelTimers``: every timer of the member."""
+    for key in (session_key, rebalance_key, join_key, sync_key):
+        ctx.cancel(key(member_id))
 
 
 class ConsumerGroupError(Exception):
@@ -189,12 +210,14 @@ def _existing_group(ctx: GroupContext) -> ConsumerGroup:
 
 
 def _group_for_join(
-    ctx: GroupContext, create: bool, records: list[dict[str, Any]]
+    ctx: GroupContext, create: bool, records: list[dict[str, Any]], after: list[Any]
 ) -> ConsumerGroup:
     """Kafka's ``getOrMaybeCreateConsumerGroup``: a new group is built here and exists once its
     records are applied; an Empty classic group (no members) is deleted and replaced, its
-    offsets kept. Online migration of a classic group with members is not done here (as with
-    ``group.consumer.migration.policy=disabled``)."""
+    offsets kept; one with members is upgraded when the migration policy allows
+    (:mod:`coordinator.modern.migration`)."""
+    from coordinator.modern import migration
+
     group = ctx.group
     if group is None:
         if not create:
@@ -207,6 +230,8 @@ def _group_for_join(
     if create and group.state is GroupState.EMPTY:
         records.append(log.group_tombstone(ctx.group_id, ctx.now_ms))
         return ConsumerGroup(group_id=ctx.group_id)
+    if create and migration.can_upgrade(ctx, group):
+        return migration.convert_to_consumer_group(ctx, group, records, after)
     raise ConsumerGroupError(
         Error.GROUP_ID_NOT_FOUND, f"Group {ctx.group_id} is not a consumer group."
     )
@@ -258,7 +283,7 @@ def _check_epoch(member: ConsumerGroupMember, received: int, owned: Owned | None
         )
 
 
-def _new_member_id(ctx: GroupContext, group: ConsumerGroup, request: Request) -> str:
+def new_member_id(ctx: GroupContext, group: ConsumerGroup, request: Request) -> str:
     """Kafka's ``Uuid.randomUuid().toString()`` for a v0 member that joins without an id."""
     attempt: Any = request.request_id
     for n in range(1, 1000):
@@ -303,17 +328,7 @@ def _member(
                 f"Static member {member_id} with instance id {instance_id} cannot join the "
                 f"group because the instance id is owned by {existing.member_id} member.",
             )
-        replacement = existing.replace(member_id=member_id, member_epoch=0, previous_member_epoch=0)
-        build = record_builder(ctx)
-        records.extend(remove_member_records(build, existing.member_id))
-        records.append(build.member_subscription(replacement))
-        records.append(
-            build.target_assignment(
-                member_id, group.target_assignment.get(existing.member_id, EMPTY_ASSIGNMENT)
-            )
-        )
-        records.append(build.current_assignment(replacement))
-        return replacement
+        return replace_static_member(ctx, group, existing, member_id, records)
     if existing is None:
         raise ConsumerGroupError(Error.UNKNOWN_MEMBER_ID, f"Instance id {instance_id} is unknown.")
     if existing.member_id != member_id:
@@ -326,6 +341,38 @@ def _member(
     return existing
 
 
+def replace_static_member(
+    ctx: GroupContext,
+    group: ConsumerGroup,
+    existing: ConsumerGroupMember,
+    member_id: str,
+    records: list[dict[str, Any]],
+) -> ConsumerGroupMember:
+    """Kafka's ``replaceMember``: a static member rejoining under a new member id takes over
+    the old one's subscription, target and current assignment, at epoch 0."""
+    replacement = existing.replace(member_id=member_id, member_epoch=0, previous_member_epoch=0)
+    build = record_builder(ctx)
+    records.extend(remove_member_records(build, existing.member_id))
+    records.append(build.member_subscription(replacement))
+    records.append(
+        build.target_assignment(
+            member_id, group.target_assignment.get(existing.member_id, EMPTY_ASSIGNMENT)
+        )
+    )
+    records.append(build.current_assignment(replacement))
+    return replacement
+
+
+def check_group_size(ctx: GroupContext, group: ConsumerGroup, member_id: str) -> None:
+    """Kafka's ``throwIfConsumerGroupIsFull``."""
+    limit = ctx.config.group_consumer_max_size
+    if len(group.members) >= limit and (member_id == "" or member_id not in group.members):
+        raise ConsumerGroupError(
+            Error.GROUP_MAX_SIZE_REACHED,
+            f"The consumer group has reached its maximum capacity of {limit} members.",
+        )
+
+
 def _heartbeat(
     ctx: GroupContext, request: Request, records: list[dict[str, Any]]
 ) -> tuple[dict[str, Any], list[Any]]:
@@ -333,18 +380,12 @@ def _heartbeat(
     config = ctx.config
     epoch = body["member_epoch"]
     create = epoch == JOIN_GROUP_MEMBER_EPOCH
-    group = _group_for_join(ctx, create, records)
+    converted: list[Any] = []  # the timers of members an upgrade brings in
+    group = _group_for_join(ctx, create, records, converted)
     member_id = body["member_id"]
-    if len(group.members) >= config.group_consumer_max_size and (
-        member_id == "" or member_id not in group.members
-    ):
-        raise ConsumerGroupError(
-            Error.GROUP_MAX_SIZE_REACHED,
-            "The consumer group has reached its maximum capacity of "
-            f"{config.group_consumer_max_size} members.",
-        )
+    check_group_size(ctx, group, member_id)
     if member_id == "":
-        member_id = _new_member_id(ctx, group, request)
+        member_id = new_member_id(ctx, group, request)
     owned = _owned(body)
     member = _member(ctx, group, member_id, request, owned, records)
 
@@ -367,6 +408,46 @@ def _heartbeat(
         client_id=body["client_id"],
         client_host=body["client_host"],
     )
+    updated, after = update_member(ctx, group, member, updated, owned, records)
+    after = converted + after
+
+    after.append(
+        lambda: ctx.schedule(
+            session_key(updated.member_id),
+            config.group_consumer_session_timeout_ms,
+            CONSUMER_SESSION,
+            updated.member_id,
+        )
+    )
+    full = epoch == JOIN_GROUP_MEMBER_EPOCH or (
+        body["rebalance_timeout_ms"] != -1
+        and (names is not None or regex is not None)
+        and body["topic_partitions"] is not None
+    )
+    answer: dict[str, Any] = {
+        "member_id": updated.member_id,
+        "member_epoch": updated.member_epoch,
+        "heartbeat_interval_ms": config.group_consumer_heartbeat_interval_ms,
+        "assignment": None,
+    }
+    if full or updated.assigned_partitions != member.assigned_partitions:
+        answer["assignment"] = {"topic_partitions": topic_partitions(updated.assigned_partitions)}
+    return answer, after
+
+
+def update_member(
+    ctx: GroupContext,
+    group: ConsumerGroup,
+    member: ConsumerGroupMember,
+    updated: ConsumerGroupMember,
+    owned: Owned | None,
+    records: list[dict[str, Any]],
+) -> tuple[ConsumerGroupMember, list[Any]]:
+    """Steps 1-4 of a heartbeat or of a classic member's JoinGroup (Kafka's
+    ``hasMemberSubscriptionChanged``, the subscription metadata and group epoch,
+    ``updateTargetAssignment`` and ``maybeReconcile``): ``member`` as the group holds it (or
+    new), ``updated`` with what the request changes. Returns the reconciled member and the
+    actions (timers) to run once the records are applied."""
     build = record_builder(ctx)
     bump = False
     if updated != member:
@@ -389,7 +470,7 @@ def _heartbeat(
     names_now = {name for name, count in counts.items() if count > 0}
     for topics in resolved.values():
         names_now.update(topics)
-    metadata = _subscription_metadata(ctx, names_now)
+    metadata = subscription_metadata(ctx, names_now)
     if metadata != group.subscription_metadata:
         records.append(build.subscription_metadata(metadata))
         bump = True
@@ -426,29 +507,7 @@ def _heartbeat(
             else:
                 after.append(lambda m=reconciled: ctx.cancel(rebalance_key(m.member_id)))
         updated = reconciled
-
-    after.append(
-        lambda: ctx.schedule(
-            session_key(updated.member_id),
-            config.group_consumer_session_timeout_ms,
-            CONSUMER_SESSION,
-            updated.member_id,
-        )
-    )
-    full = epoch == JOIN_GROUP_MEMBER_EPOCH or (
-        body["rebalance_timeout_ms"] != -1
-        and (names is not None or regex is not None)
-        and body["topic_partitions"] is not None
-    )
-    answer: dict[str, Any] = {
-        "member_id": updated.member_id,
-        "member_epoch": updated.member_epoch,
-        "heartbeat_interval_ms": config.group_consumer_heartbeat_interval_ms,
-        "assignment": None,
-    }
-    if full or updated.assigned_partitions != member.assigned_partitions:
-        answer["assignment"] = {"topic_partitions": topic_partitions(updated.assigned_partitions)}
-    return answer, after
+    return updated, after
 
 
 def topic_partitions(assignment: Assignment) -> list[dict[str, Any]]:
@@ -458,7 +517,7 @@ def topic_partitions(assignment: Assignment) -> list[dict[str, Any]]:
     ]
 
 
-def _subscription_metadata(ctx: GroupContext, names: set[str]) -> dict[str, TopicMetadata]:
+def subscription_metadata(ctx: GroupContext, names: set[str]) -> dict[str, TopicMetadata]:
     """Kafka's ``computeSubscriptionMetadata``: the subscribed topics that exist."""
     metadata = {}
     for name in names:
@@ -664,7 +723,13 @@ def fence_records(
     records: list[dict[str, Any]],
 ) -> list[Any]:
     """Kafka's ``consumerGroupFenceMember``: the member's tombstones, the subscription metadata
-    without it, a new group epoch; returns the actions that cancel its timers."""
+    without it, a new group epoch; returns the actions that cancel its timers. When the member
+    is the last one using the consumer protocol, the group may become a classic group instead
+    (:mod:`coordinator.modern.migration`)."""
+    from coordinator.modern import migration
+
+    if migration.can_downgrade(ctx, group, member.member_id):
+        return migration.convert_to_classic_group(ctx, group, member.member_id, records)
     build = record_builder(ctx)
     records.extend(remove_member_records(build, member.member_id))
     resolved, _ = _resolve_regexes(ctx, group, member, None, records)
@@ -674,15 +739,12 @@ def fence_records(
     names = {name for name, count in counts.items() if count > 0}
     for topics in resolved.values():
         names.update(topics)
-    metadata = _subscription_metadata(ctx, names)
+    metadata = subscription_metadata(ctx, names)
     if metadata != group.subscription_metadata:
         records.append(build.subscription_metadata(metadata))
     records.append(build.epoch(group.group_epoch + 1))
     member_id = member.member_id
-    return [
-        lambda: ctx.cancel(session_key(member_id)),
-        lambda: ctx.cancel(rebalance_key(member_id)),
-    ]
+    return [lambda: cancel_timers(ctx, member_id)]
 
 
 def expire_session(ctx: GroupContext, member_id: str) -> None:
@@ -768,7 +830,9 @@ def describe_fields(ctx: GroupContext, group: ConsumerGroup) -> dict[str, Any]:
                         ctx, group.target_assignment.get(m.member_id, EMPTY_ASSIGNMENT)
                     )
                 },
-                "member_type": CONSUMER_MEMBER_TYPE,
+                "member_type": CLASSIC_MEMBER_TYPE
+                if m.uses_classic_protocol
+                else CONSUMER_MEMBER_TYPE,
             }
             for m in group.members.values()
         ],

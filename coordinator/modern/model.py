@@ -76,8 +76,23 @@ def assignment_size(assignment: Assignment) -> int:
 
 
 @dataclass(frozen=True, slots=True)
+class ClassicMemberMetadata:
+    """Kafka's ``ConsumerGroupMemberMetadataValue.ClassicMemberMetadata``: what a member of a
+    consumer group that speaks the classic protocol (JoinGroup, SyncGroup, Heartbeat) joined
+    with."""
+
+    session_timeout_ms: int
+    #: (protocol name, its Subscription bytes), in the order the member listed them.
+    supported_protocols: tuple[tuple[str, bytes], ...]
+
+    def protocol_names(self) -> list[str]:
+        return [name for name, _ in self.supported_protocols]
+
+
+@dataclass(frozen=True, slots=True)
 class ConsumerGroupMember:
-    """Kafka's ``ConsumerGroupMember`` (consumer protocol members only)."""
+    """Kafka's ``ConsumerGroupMember``: a consumer-protocol member, or a classic-protocol one
+    (``classic`` set) of a consumer group."""
 
     member_id: str
     member_epoch: int = 0
@@ -94,6 +109,12 @@ class ConsumerGroupMember:
     server_assignor: str | None = None
     assigned_partitions: Assignment = field(default_factory=dict)
     partitions_pending_revocation: Assignment = field(default_factory=dict)
+    classic: ClassicMemberMetadata | None = None
+
+    @property
+    def uses_classic_protocol(self) -> bool:
+        """Kafka's ``useClassicProtocol``."""
+        return self.classic is not None
 
     def replace(self, **changes: object) -> ConsumerGroupMember:
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
@@ -137,6 +158,10 @@ class ConsumerGroup(TimerBook):
     resolved_regexes: dict[str, tuple[str, ...]] = field(default_factory=dict)
     #: Server assignor name -> number of members asking for it.
     assignor_counts: dict[str, int] = field(default_factory=dict)
+    #: Members that speak the classic protocol, and how many of them support each protocol
+    #: name (Kafka's ``numClassicProtocolMembers``, ``classicProtocolMembersSupportedProtocols``).
+    classic_member_count: int = 0
+    classic_protocol_counts: dict[str, int] = field(default_factory=dict)
     offsets: dict[tuple[str, int], OffsetAndMetadata] = field(default_factory=dict)
     timers: dict[str, Timer] = field(default_factory=dict)
     timer_heap: list[tuple[int, int, str]] = field(default_factory=list)
@@ -196,6 +221,38 @@ class ConsumerGroup(TimerBook):
             names.update(self.resolved_regexes.get(regex, ()))
         return names
 
+    def supports_classic_protocols(self, protocol_type: str | None, names: set[str]) -> bool:
+        """Kafka's ``supportsClassicProtocols``: a ``consumer`` member with a protocol every
+        classic member supports (any protocol, in a group without members)."""
+        if protocol_type != PROTOCOL_TYPE:
+            return False
+        if self.is_empty():
+            return bool(names)
+        return any(
+            self.classic_protocol_counts.get(name, 0) == self.classic_member_count for name in names
+        )
+
+    def all_members_use_classic_protocol_except(self, member_id: str) -> bool:
+        """Kafka's ``allMembersUseClassicProtocolExcept``."""
+        member = self.members.get(member_id)
+        return (
+            member is not None
+            and not member.uses_classic_protocol
+            and self.classic_member_count == len(self.members) - 1
+        )
+
+    def waiting_on_unreleased_partition(self, member: ConsumerGroupMember) -> bool:
+        """Kafka's ``waitingOnUnreleasedPartition``: a partition of the member's target that it
+        lacks is still owned by another member."""
+        if member.state is not MemberState.UNRELEASED_PARTITIONS:
+            return False
+        for topic_id, partitions in self.target_assignment.get(member.member_id, {}).items():
+            have = member.assigned_partitions.get(topic_id, frozenset())
+            for partition in partitions - have:
+                if self.current_partition_epoch(topic_id, partition) != -1:
+                    return True
+        return False
+
     def preferred_assignor(self, default: str, order: tuple[str, ...]) -> str:
         """Kafka's ``preferredServerAssignor``: the one most members ask for. Ties (which
         Kafka leaves to hash order) go to the earliest in ``group.consumer.assignors``."""
@@ -238,6 +295,10 @@ class ConsumerGroup(TimerBook):
             _bump(self.regex_counts, member.regex, delta)
         if member.server_assignor is not None:
             _bump(self.assignor_counts, member.server_assignor, delta)
+        if member.classic is not None:
+            self.classic_member_count += delta
+            for name in set(member.classic.protocol_names()):
+                _bump(self.classic_protocol_counts, name, delta)
 
     def _add_partition_epochs(self, member: ConsumerGroupMember) -> None:
         for assignment in (member.assigned_partitions, member.partitions_pending_revocation):

@@ -153,12 +153,15 @@ def validate_consumer_group_commit(group: ConsumerGroup, request: Request) -> Er
     member = group.members.get(body["member_id"])
     if member is None:
         return Error.UNKNOWN_MEMBER_ID
-    if request.api_version < 9:
+    if request.api_version < 9 and not member.uses_classic_protocol:
         # "OffsetCommit version 9 or above must be used by members using the modern group
         # protocol"
         return Error.UNSUPPORTED_VERSION
     if epoch != member.member_epoch:
-        return Error.STALE_MEMBER_EPOCH
+        # a classic member's generation is its member epoch
+        return (
+            Error.ILLEGAL_GENERATION if member.uses_classic_protocol else Error.STALE_MEMBER_EPOCH
+        )
     return Error.NONE
 
 
