@@ -320,3 +320,61 @@ def test_a_regex_subscription_is_resolved_by_the_coordinator() -> None:
             one.close()
     finally:
         gateway.stop()
+
+
+@pytest.mark.slow
+def test_a_classic_consumer_joins_a_consumer_protocol_group_and_inherits_it(
+    running: Running,
+) -> None:
+    """librdkafka with the classic protocol joins a group of a consumer-protocol member as a
+    classic member of it (JoinGroup, SyncGroup and Heartbeat served from the consumer group);
+    when the consumer-protocol member leaves, the group becomes a classic group (the default
+    migration policy, bidirectional) and the classic member gets every partition."""
+    from coordinator.group.model import ClassicGroup
+    from coordinator.modern.model import ConsumerGroup
+
+    group = "kip848-mixed"
+    modern = member(running, group, "modern")
+    classic = sc.CLIENTS["confluent-kafka"](running.port, group, "classic")
+    both: list[sc.Member] = [modern, classic]
+    engine = running.gateway.backend.engine
+    try:
+        sc.wait_for(
+            lambda: sc.disjoint_cover(both) and all(m.partitions() for m in both),
+            SETTLE_S,
+            lambda: sc.shares(both),
+        )
+        mixed = engine.group(group)
+        assert isinstance(mixed, ConsumerGroup)
+        assert sorted(m.uses_classic_protocol for m in mixed.members.values()) == [False, True]
+        modern.close()
+        sc.wait_for(lambda: sc.disjoint_cover([classic]), SETTLE_S, lambda: sc.shares([classic]))
+        assert isinstance(engine.group(group), ClassicGroup)
+    finally:
+        for m in both:
+            m.close()
+
+
+@pytest.mark.slow
+def test_a_consumer_protocol_member_upgrades_a_classic_group(running: Running) -> None:
+    """A classic group of librdkafka consumers becomes a consumer group when a member with
+    ``group.protocol=consumer`` joins it; the classic members go on in it."""
+    from coordinator.modern.model import ConsumerGroup
+
+    group = "kip848-upgrade"
+    classics = [sc.CLIENTS["confluent-kafka"](running.port, group, f"c{i}") for i in range(2)]
+    everyone: list[sc.Member] = list(classics)
+    engine = running.gateway.backend.engine
+    try:
+        sc.wait_for(lambda: sc.disjoint_cover(classics), SETTLE_S, lambda: sc.shares(classics))
+        everyone.append(member(running, group, "modern"))
+        sc.wait_for(
+            lambda: sc.disjoint_cover(everyone) and all(m.partitions() for m in everyone),
+            SETTLE_S,
+            lambda: sc.shares(everyone),
+        )
+        upgraded = engine.group(group)
+        assert isinstance(upgraded, ConsumerGroup) and len(upgraded.members) == 3
+    finally:
+        for m in everyone:
+            m.close()
