@@ -651,3 +651,64 @@ def test_the_classic_member_metadata_is_kafkas_tagged_field_byte_for_byte() -> N
         "00"
     )
     assert modern_codec.decode_value(modern_codec.CONSUMER_GROUP_MEMBER_METADATA, value) == member
+
+
+def test_a_classic_member_replacing_the_last_consumer_protocol_static_member_downgrades() -> None:
+    """testLastStaticConsumerProtocolMemberReplacedByClassicProtocolMember: the classic
+    group is Stable at once, the joining member with the replaced one's target."""
+    ctx = Context(group_initial_rebalance_delay_ms=0)
+    ctx.join(M1, instance_id="i1")
+    classic_member = classic_join(ctx, classic_join(ctx)["member_id"])["member_id"]
+    settle(ctx, M1)
+    target = dict(ctx.group().target_assignment[M1])
+    epoch = ctx.group().group_epoch
+    assert ctx.heartbeat(M1, -2, instance_id="i1")["member_epoch"] == -2
+    ctx.records()
+    joined = classic_join(ctx, instance_id="i1")
+    assert joined["error"] is None
+    records = ctx.records()
+    assert records[-1]["record_type"] == "group_metadata"
+    assert ("current_member_assignment", joined["member_id"], True) in kinds(records)
+    group = ctx.c.group(GROUP)
+    assert isinstance(group, ClassicGroup) and group.state is GroupState.STABLE
+    assert group.generation_id == epoch
+    assert sorted(group.members) == sorted([classic_member, joined["member_id"]])
+    names = {FOO: "foo", BAR: "bar"}
+    mine = decode_assignment(group.members[joined["member_id"]].assignment)
+    assert {tp.topic: sorted(tp.partitions) for tp in mine.assigned_partitions} == {
+        names[t]: sorted(p) for t, p in target.items()
+    }
+    ctx.assert_at_rest_equals_load()
+
+
+def test_a_consumer_protocol_member_takes_over_a_classic_static_members_instance() -> None:
+    """testConsumerGroupHeartbeatFromExistingClassicStaticMember: the upgrade converts the
+    classic static member, and the heartbeat with its instance id replaces it (a classic member
+    has no static leave to wait for)."""
+    ctx = Context(group_initial_rebalance_delay_ms=0)
+    request = {
+        "api": "join_group",
+        "request_id": "static-join",
+        "group_id": GROUP,
+        "api_version": 5,
+        "member_id": "",
+        "group_instance_id": "i1",
+        "session_timeout_ms": SESSION_MS,
+        "rebalance_timeout_ms": REBALANCE_MS,
+        "protocol_type": "consumer",
+        "protocols": [{"name": "range", "metadata": subscription()}],
+    }
+    out = ctx.c.handle(request, ctx.now) + ctx.sleep(0)
+    (joined,) = [r for r in out if r["request_id"] == "static-join"]
+    everything = Assignment((TopicPartitions("foo", (0, 1)),))
+    given = [{"member_id": joined["member_id"], "assignment": encode_assignment(everything)}]
+    assert (
+        sync(ctx, joined["member_id"], 1, group_instance_id="i1", assignments=given)["error"]
+        is None
+    )
+    answer = ctx.join(M1, instance_id="i1")
+    assert answer["error"] is None
+    group = ctx.group()
+    assert list(group.members) == [M1] and group.static_members == {"i1": M1}
+    assert group.members[M1].classic is None  # it took the instance over, consumer protocol
+    ctx.assert_at_rest_equals_load()

@@ -24,7 +24,7 @@ from coordinator.errors import Error
 from coordinator.group import membership
 from coordinator.log import records as log
 from coordinator.modern import classic
-from coordinator.modern.heartbeat import record_builder, remove_member_records
+from coordinator.modern.heartbeat import record_builder
 from coordinator.modern.model import ConsumerGroup
 from coordinator.requests import Request
 
@@ -53,15 +53,24 @@ def delete_group(ctx: GroupContext, request: Request) -> None:
     ctx.respond("delete_groups", request.request_id)
 
 
-def group_tombstones(ctx: GroupContext, group: ConsumerGroup) -> list[dict[str, Any]]:
-    """Kafka's ``ConsumerGroup.createGroupTombstoneRecords`` (the regular expressions too)."""
+def group_tombstones(
+    ctx: GroupContext, group: ConsumerGroup, replaced: tuple[str, str] | None = None
+) -> list[dict[str, Any]]:
+    """Kafka's ``ConsumerGroup.createGroupTombstoneRecords``, in its order (every current
+    assignment, every target, the target epoch, every subscription, then the group's own
+    records; the regular expressions before those); with ``replaced`` (leaving id, joining
+    id), ``createGroupTombstoneRecordsWithReplacedMember``: the records before these already
+    put the joining member in the leaving one's place."""
     build = record_builder(ctx)
-    records: list[dict[str, Any]] = []
-    for member_id in group.members:
-        records.extend(remove_member_records(build, member_id))
-    for regex in sorted(group.resolved_regexes):
-        records.append(build.regular_expression_tombstone(regex))
+    ids = [
+        replaced[1] if replaced is not None and member_id == replaced[0] else member_id
+        for member_id in group.members
+    ]
+    records = [build.current_assignment_tombstone(m) for m in ids]
+    records += [build.target_assignment_tombstone(m) for m in ids]
     records.append(build.target_assignment_epoch_tombstone())
+    records += [build.member_subscription_tombstone(m) for m in ids]
+    records += [build.regular_expression_tombstone(r) for r in sorted(group.resolved_regexes)]
     records.append(build.subscription_metadata_tombstone())
     records.append(build.epoch_tombstone())
     return records

@@ -208,11 +208,18 @@ def _join(
     updated, after = hb.update_member(ctx, group, member, updated, owned, records)
 
     new_id = updated.member_id
-    after += [
-        lambda: ctx.cancel(join_key(new_id)),
-        lambda: _schedule_session(ctx, new_id, classic),
-        lambda: ctx.schedule(sync_key(new_id), rebalance_timeout_ms, CONSUMER_SYNC, new_id),
-    ]
+    after.append(lambda: ctx.cancel(join_key(new_id)))
+    # The last consumer-protocol static member replaced by this classic one: a classic group.
+    from coordinator.modern import migration
+
+    replaced = group.static_members.get(instance_id) if instance_id is not None else None
+    if replaced is not None and migration.can_downgrade_replacing(ctx, group, replaced):
+        after += migration.convert_to_classic_group(ctx, group, replaced, records, updated)
+    else:
+        after += [
+            lambda: _schedule_session(ctx, new_id, classic),
+            lambda: ctx.schedule(sync_key(new_id), rebalance_timeout_ms, CONSUMER_SYNC, new_id),
+        ]
     answer = {
         "generation_id": updated.member_epoch,
         "protocol_type": PROTOCOL_TYPE,

@@ -322,7 +322,10 @@ def _member(
     if create:
         if existing is None:
             return group.members.get(member_id) or ConsumerGroupMember(member_id)
-        if existing.member_epoch != LEAVE_GROUP_STATIC_MEMBER_EPOCH:
+        # A classic member's instance is taken over as it is (it has no static leave).
+        if not existing.uses_classic_protocol and (
+            existing.member_epoch != LEAVE_GROUP_STATIC_MEMBER_EPOCH
+        ):
             raise ConsumerGroupError(
                 Error.UNRELEASED_INSTANCE_ID,
                 f"Static member {member_id} with instance id {instance_id} cannot join the "
@@ -407,6 +410,7 @@ def _heartbeat(
         subscribed_topic_regex=regex if regex is not None else member.subscribed_topic_regex,
         client_id=body["client_id"],
         client_host=body["client_host"],
+        classic=None,  # it speaks the consumer protocol now
     )
     updated, after = update_member(ctx, group, member, updated, owned, records)
     after = converted + after

@@ -154,16 +154,27 @@ def can_downgrade(ctx: GroupContext, group: ConsumerGroup, leaving_member_id: st
     )
 
 
+def can_downgrade_replacing(ctx: GroupContext, group: ConsumerGroup, replaced_id: str) -> bool:
+    """Kafka's ``validateOnlineDowngradeWithReplacedMemberId``: a classic static member takes
+    the place of the last consumer-protocol one."""
+    return (
+        group.all_members_use_classic_protocol_except(replaced_id)
+        and ctx.config.downgrade_enabled
+        and len(group.members) <= ctx.config.group_max_size
+    )
+
+
 def convert_to_classic_group(
     ctx: GroupContext,
     group: ConsumerGroup,
     leaving_member_id: str,
     records: list[dict[str, Any]],
+    joining: ConsumerGroupMember | None = None,
 ) -> list[Any]:
-    """Kafka's ``convertToClassicGroup`` for a member that leaves: the consumer group's
-    tombstones and the classic group's GroupMetadata record go into ``records``; returns the
-    actions that, once they are applied, put the classic group in place and start its
-    rebalance."""
+    """Kafka's ``convertToClassicGroup``: the consumer group's tombstones and the classic
+    group's GroupMetadata record go into ``records``; returns the actions that, once they are
+    applied, put the classic group in place and, for a member that leaves (no ``joining``
+    static member in its place, which takes its assignment), start its rebalance."""
     classic = ClassicGroup(
         group_id=group.group_id,
         current_state_timestamp_ms=ctx.now_ms,
@@ -171,9 +182,8 @@ def convert_to_classic_group(
         generation_id=group.group_epoch,
         protocol_type=PROTOCOL_TYPE,
     )
-    for member in group.members.values():
-        if member.member_id == leaving_member_id:
-            continue
+    staying = [m for m in group.members.values() if m.member_id != leaving_member_id]
+    for member in staying + ([joining] if joining is not None else []):
         assert member.classic is not None
         classic.add(
             Member(
@@ -191,6 +201,8 @@ def convert_to_classic_group(
     classic.subscribed_topics = classic.compute_subscribed_topics()
     assignments: dict[str, bytes] = {}
     for member_id, joined in classic.members.items():
+        if joining is not None and member_id == joining.member_id:
+            member_id = leaving_member_id  # the joining member takes the leaving one's target
         try:
             joined.assignment = classic_members.assignment_bytes(
                 ctx,
@@ -203,8 +215,9 @@ def convert_to_classic_group(
                 Error.GROUP_ID_NOT_FOUND,
                 f"Cannot downgrade the classic group {group.group_id}: {exc}.",
             ) from None
-        assignments[member_id] = joined.assignment
-    records.extend(group_tombstones(ctx, group))
+        assignments[joined.member_id] = joined.assignment
+    replaced = None if joining is None else (leaving_member_id, joining.member_id)
+    records.extend(group_tombstones(ctx, group, replaced))
     records.append(log.group_metadata_record(classic, assignments, ctx.now_ms))
 
     def put_in_place() -> None:
@@ -216,8 +229,9 @@ def convert_to_classic_group(
         ctx.ensure_expiry_timer(classic)
         for joined in classic.members.values():
             membership.reschedule_heartbeat(ctx, joined)
-        membership.prepare_rebalance(
-            ctx, classic, f"Downgrade group {classic.group_id} from consumer to classic."
-        )
+        if joining is None:
+            membership.prepare_rebalance(
+                ctx, classic, f"Downgrade group {classic.group_id} from consumer to classic."
+            )
 
     return [put_in_place]
