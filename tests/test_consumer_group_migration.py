@@ -9,9 +9,13 @@ scenario, with this engine's assignor in place of Kafka's mock one."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from coordinator.consumer_protocol import (
     Assignment,
@@ -712,3 +716,194 @@ def test_a_consumer_protocol_member_takes_over_a_classic_static_members_instance
     assert list(group.members) == [M1] and group.static_members == {"i1": M1}
     assert group.members[M1].classic is None  # it took the instance over, consumer protocol
     ctx.assert_at_rest_equals_load()
+
+
+# --- invariants of mixed groups (a Hypothesis state machine) ------------------------------------
+
+CLIENTS = [f"client{i}" + "x" * 15 for i in range(4)]
+
+
+@dataclass
+class MixedClient:
+    """A consumer-protocol client, or an eager classic one (it gives up everything before it
+    rejoins, and consumes what SyncGroup gives it)."""
+
+    name: str
+    classic: bool
+    member_id: str = ""
+    epoch: int = 0
+    joined: bool = False
+    consuming: set[tuple[str, int]] = field(default_factory=set)
+    target: set[tuple[str, int]] = field(default_factory=set)
+
+    def drop(self) -> None:
+        self.joined, self.epoch, self.member_id = False, 0, ""
+        self.consuming.clear()
+        self.target.clear()
+
+
+class MixedGroupMachine(RuleBasedStateMachine):
+    """Consumer-protocol and classic clients in one consumer group, under joins, heartbeats,
+    rejoins, slow revocations, leaves, crashes and time. Invariants after every step: no
+    partition consumed by two clients, none owned twice in the books, the group epoch never
+    down, the group equal to a load of its log."""
+
+    @initialize()
+    def setup(self) -> None:
+        self.ctx = Context(topics={"foo": 3, "bar": 2}, group_consumer_migration_policy="upgrade")
+        self.clients = {name: MixedClient(name, i % 2 == 1) for i, name in enumerate(CLIENTS)}
+        self.group_epoch = 0
+        self.join(0)  # a consumer group for the classic clients to join
+
+    def consumer_group(self) -> ConsumerGroup | None:
+        group = self.ctx.c.group(GROUP)
+        return group if isinstance(group, ConsumerGroup) else None
+
+    @rule(index=st.integers(0, len(CLIENTS) - 1))
+    def join(self, index: int) -> None:
+        client = self.clients[CLIENTS[index]]
+        if client.joined:
+            return
+        if not client.classic:
+            client.member_id = client.name
+            answer = self.ctx.join(client.name, rebalance_timeout_ms=20_000)
+            self._consumer_answer(client, answer)
+            return
+        group = self.consumer_group()
+        if group is None or group.is_empty():
+            return  # a classic join would make a classic group: not this machine's subject
+        first = classic_join(self.ctx)
+        if first["error"] != "MEMBER_ID_REQUIRED":
+            return
+        client.member_id = first["member_id"]
+        self._classic_rejoin(client)
+
+    def _classic_rejoin(self, client: MixedClient) -> None:
+        client.consuming.clear()  # eager: everything given up before the join
+        answer = classic_join(self.ctx, client.member_id)
+        if answer["error"] is not None:
+            client.drop()
+            return
+        client.joined, client.epoch = True, answer["generation_id"]
+        synced = sync(self.ctx, client.member_id, client.epoch)
+        if synced["error"] is None:
+            names = {FOO: "foo", BAR: "bar"}
+            given = decode_assignment(synced["assignment"]).assigned_partitions
+            client.consuming = {
+                (t, p)
+                for tp in given
+                for t in [k for k, v in names.items() if v == tp.topic]
+                for p in tp.partitions
+            }
+        elif synced["error"] != "REBALANCE_IN_PROGRESS":
+            client.drop()
+
+    def _consumer_answer(self, client: MixedClient, answer: dict[str, Any]) -> None:
+        if answer["error"] is not None or answer["member_epoch"] < 0:
+            client.drop()
+            return
+        client.joined, client.epoch = True, answer["member_epoch"]
+        new = answer["assignment"]
+        if new is not None:
+            client.target = {
+                (t["topic_id"], p) for t in new["topic_partitions"] for p in t["partitions"]
+            }
+            client.consuming |= client.target
+
+    @rule(index=st.integers(0, len(CLIENTS) - 1))
+    def heartbeat(self, index: int) -> None:
+        client = self.clients[CLIENTS[index]]
+        if not client.joined:
+            return
+        if client.classic:
+            answer = classic_heartbeat(self.ctx, client.member_id, client.epoch)
+            if answer["error"] == "REBALANCE_IN_PROGRESS":
+                self._classic_rejoin(client)
+            elif answer["error"] is not None:
+                client.drop()
+            return
+        by_topic: dict[str, list[int]] = {}
+        for topic, partition in sorted(client.consuming):
+            by_topic.setdefault(topic, []).append(partition)
+        answer = self.ctx.heartbeat(client.name, client.epoch, topic_partitions=owned(by_topic))
+        self._consumer_answer(client, answer)
+
+    @rule(index=st.integers(0, len(CLIENTS) - 1))
+    def revoke(self, index: int) -> None:
+        client = self.clients[CLIENTS[index]]
+        if not client.classic:
+            client.consuming &= client.target
+
+    @rule(index=st.integers(0, len(CLIENTS) - 1))
+    def leave(self, index: int) -> None:
+        client = self.clients[CLIENTS[index]]
+        if not client.joined:
+            return
+        client.consuming.clear()
+        if client.classic:
+            self.ctx.send(
+                {
+                    "api": "leave_group",
+                    "members": [{"member_id": client.member_id, "group_instance_id": None}],
+                }
+            )
+        else:
+            self.ctx.heartbeat(client.name, -1)
+        client.drop()
+
+    @rule(index=st.integers(0, len(CLIENTS) - 1))
+    def crash(self, index: int) -> None:
+        self.clients[CLIENTS[index]].drop()
+
+    @rule(ms=st.sampled_from([1_000, 5_000, 11_000, 21_000, 46_000]))
+    def sleep(self, ms: int) -> None:
+        self.ctx.sleep(ms)
+        group = self.consumer_group()
+        members = group.members if group is not None else {}
+        for client in self.clients.values():
+            if client.joined and client.member_id not in members:
+                client.drop()  # fenced: its own timers have stopped it too
+
+    @invariant()
+    def nobody_consumes_a_partition_another_one_consumes(self) -> None:
+        seen: dict[tuple[str, int], str] = {}
+        for client in self.clients.values():
+            for tp in client.consuming:
+                assert tp not in seen, f"{tp} consumed by {seen[tp]} and {client.name}"
+                seen[tp] = client.name
+
+    @invariant()
+    def the_books_own_each_partition_once(self) -> None:
+        group = self.consumer_group()
+        if group is None:
+            return
+        owners: set[tuple[str, int]] = set()
+        for member in group.members.values():
+            for assignment in (member.assigned_partitions, member.partitions_pending_revocation):
+                for topic, parts in assignment.items():
+                    for p in parts:
+                        assert (topic, p) not in owners
+                        owners.add((topic, p))
+        assert owners == set(group.partition_epochs)
+
+    @invariant()
+    def the_group_epoch_never_goes_down(self) -> None:
+        group = self.consumer_group()
+        if group is not None:
+            assert group.group_epoch >= self.group_epoch
+            self.group_epoch = group.group_epoch
+
+    @invariant()
+    def the_group_equals_a_load_of_its_log(self) -> None:
+        loaded = self.ctx.reloaded()
+        assert durable_view(loaded.group(GROUP)) == durable_view(self.ctx.c.group(GROUP))
+
+
+MixedGroupMachine.TestCase.settings = settings(
+    settings.default,
+    max_examples=100,
+    stateful_step_count=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+TestMixedGroupMachine = MixedGroupMachine.TestCase
