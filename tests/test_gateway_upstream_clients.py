@@ -245,16 +245,25 @@ def test_records_through_the_gateway_consumed_once_committed_to_the_coordinator(
     assert everything["groups"][0]["topics"] == []
 
 
+@pytest.fixture
+def refreshing(noida: Any) -> Iterator[Running]:
+    """A gateway that asks the upstream for its topics every half second."""
+    running = upstream_gateway(noida.port, metadata_max_age_ms=500)
+    yield running
+    running.stop()
+
+
 @pytest.mark.slow
 def test_a_consumer_protocol_group_reads_the_upstreams_topic_and_commits_to_the_coordinator(
-    noida: Any, fronted: Running
+    noida: Any, refreshing: Running
 ):
     """confluent-kafka with ``group.protocol=consumer``: the coordinator assigns a topic created
     on the upstream (noida-db, which has no topic ids: the ids are the gateway's, the same in
     the members' Metadata and in their assignments), the members read every record once from
-    the broker and commit to the coordinator."""
+    the broker and commit to the coordinator; when the topic grows upstream, the gateway's
+    metadata refresh gives the members the new partitions."""
     topic, group = "events", "upstream-consumer-protocol"
-    bootstrap = f"127.0.0.1:{fronted.port}"
+    bootstrap = f"127.0.0.1:{refreshing.port}"
     _create_topic(bootstrap, topic)
     readers = [
         Reader(bootstrap, f"member-{i}", consumer_protocol=True, topic=topic, group=group)
@@ -269,7 +278,7 @@ def test_a_consumer_protocol_group_reads_the_upstreams_topic_and_commits_to_the_
             "a disjoint cover of the upstream topic's partitions by two members",
             lambda: [r.poll() for r in readers],
         )
-        engine = fronted.gateway.backend.engine
+        engine = refreshing.gateway.backend.engine
         assert engine.topics.by_name(topic).topic_id == topic_id_for(topic)
         values = [b"event-%03d" % i for i in range(100)]
         _produce(bootstrap, values, topic)
@@ -278,9 +287,22 @@ def test_a_consumer_protocol_group_reads_the_upstreams_topic_and_commits_to_the_
         assert sorted(read) == sorted(values), "every record once, none twice"
         for r in readers:
             r.commit()
-        committed = _committed_through_the_gateway(fronted.port, group)
+        committed = _committed_through_the_gateway(refreshing.port, group)
         assert sorted(committed) == list(range(PARTITIONS)) and sum(committed.values()) == 100
         assert isinstance(engine.group(group), ConsumerGroup)
+
+        # The topic grows on the upstream: the members are given the new partitions.
+        from confluent_kafka.admin import AdminClient, NewPartitions
+
+        admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+        [grown] = admin.create_partitions([NewPartitions(topic, PARTITIONS + 2)]).values()
+        grown.result(WAIT_S)
+        _until(
+            lambda: sorted(p for r in readers for p in r.assigned) == list(range(PARTITIONS + 2)),
+            "the members cover the partitions the topic grew by",
+            lambda: [r.poll() for r in readers],
+        )
+        assert engine.topics.by_name(topic).partitions == PARTITIONS + 2
     finally:
         for r in readers:
             r.close()
