@@ -384,6 +384,34 @@ def test_an_eager_classic_member_revokes_by_rejoining_with_nothing_owned() -> No
     ctx.assert_at_rest_equals_load()
 
 
+def test_a_cooperative_classic_member_revokes_then_rejoins_for_the_next_epoch() -> None:
+    """testReconciliationInJoiningConsumerGroupWithCooperativeProtocol: a classic member that
+    rejoins still owning what moved stays at its epoch (UNREVOKED_PARTITIONS) and syncs what
+    it keeps; rejoining without the revoked partitions moves it on."""
+    ctx = Context(topics={"foo": 4}, group_consumer_migration_policy="upgrade")
+    ctx.join(M1, ["foo"])
+    member = classic_join(ctx, metadata=subscription(("foo",)))["member_id"]
+    classic_join(ctx, member, metadata=subscription(("foo",)))
+    ctx.heartbeat(M1, -1)  # the classic member is left with everything
+    rejoined = classic_join(ctx, member, metadata=subscription(("foo",)))
+    generation = rejoined["generation_id"]
+    held = {FOO: [0, 1, 2, 3]}
+    assert _assigned(ctx, member) == held
+    assert sync(ctx, member, generation)["error"] is None
+    ctx.join(M2, ["foo"])  # some of the classic member's partitions move to M2
+    assert classic_heartbeat(ctx, member, generation)["error"] == "REBALANCE_IN_PROGRESS"
+    still = classic_join(
+        ctx, member, metadata=subscription(("foo",), foo=held[FOO])
+    )  # owns them all
+    assert still["generation_id"] == generation  # revoking first
+    assert ctx.group().members[member].state is MemberState.UNREVOKED_PARTITIONS
+    kept = assignment_of(sync(ctx, member, generation))["foo"]
+    assert set(kept) < set(held[FOO])
+    moved_on = classic_join(ctx, member, metadata=subscription(("foo",), foo=kept))
+    assert moved_on["generation_id"] > generation
+    ctx.assert_at_rest_equals_load()
+
+
 # --- SyncGroup, Heartbeat, LeaveGroup of classic members ---------------------------------------
 
 
