@@ -9,15 +9,18 @@ The order of a heartbeat (``consumerGroupHeartbeat``):
 
 1. validate the request (``throwIfConsumerGroupHeartbeatRequestIsInvalid``): INVALID_REQUEST with
    Kafka's messages, UNSUPPORTED_ASSIGNOR, INVALID_REGULAR_EXPRESSION;
-2. find or create the group (an Empty classic group is deleted and replaced; any other classic
-   group is GROUP_ID_NOT_FOUND), refuse a new member of a full group (GROUP_MAX_SIZE_REACHED);
+2. find or create the group (an Empty classic group is deleted and replaced; one with members
+   is upgraded where the migration policy allows, see :mod:`coordinator.modern.migration`,
+   and is GROUP_ID_NOT_FOUND otherwise), refuse a new member of a full group
+   (GROUP_MAX_SIZE_REACHED);
 3. find or create the member (dynamic or static), checking its epoch (FENCED_MEMBER_EPOCH,
    UNKNOWN_MEMBER_ID, UNRELEASED_INSTANCE_ID, FENCED_INSTANCE_ID);
 4. update the member; a new subscription, or subscribed topics whose metadata changed, bump the
    group epoch;
 5. a group epoch above the target assignment epoch computes a new target assignment;
 6. reconcile the member towards its target (:mod:`coordinator.modern.reconcile`), arming or
-   cancelling its rebalance timeout;
+   cancelling its rebalance timeout (steps 4-6 are :func:`update_member`, which a classic
+   member's JoinGroup runs too, :mod:`coordinator.modern.classic`);
 7. arm the session timeout and answer, with the assignment when the request was a full one or
    the member's partitions changed.
 
