@@ -54,8 +54,11 @@ class Error(IntEnum):
     @property
     def error_name(self) -> str | None:
         """The name a response carries in ``error``: None for success."""
-        return None if self is Error.NONE else self.name
+        return _ERROR_NAMES[self]  # every response asks: a lookup, not enum's name property
 
+
+#: ``error_name`` of every error, by error (an IntEnum hashes as its int).
+_ERROR_NAMES: dict[int, str | None] = {e: None if e is Error.NONE else e.name for e in Error}
 
 _RETRIABLE = frozenset(
     {

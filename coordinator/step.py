@@ -40,6 +40,7 @@ from coordinator.group.model import (
     JOIN,
     OFFSET_EXPIRY,
     SYNC,
+    ClassicGroup,
 )
 from coordinator.ids import IdSource
 from coordinator.log.partitioning import partition_for
@@ -149,13 +150,16 @@ def fire_timer(ctx: GroupContext, key: str) -> None:
         raise RuntimeError(f"unknown timer kind {kind!r}")
 
 
-def fire_due_timers(ctx: GroupContext) -> None:
-    """Fire every timer due at the context's clock, earliest first (8.6)."""
+def fire_due_timers(ctx: GroupContext) -> int:
+    """Fire every timer due at the context's clock, earliest first (8.6); how many fired."""
+    fired = 0
     while ctx.group is not None:
         head = ctx.group.next_timer()
         if head is None or head[0] > ctx.now_ms:
-            return
+            break
         fire_timer(ctx, head[2])
+        fired += 1
+    return fired
 
 
 @dataclass(slots=True)
@@ -167,6 +171,12 @@ class StepResult:
     next_deadline_ms: int | None
     #: Engine bugs caught so that one request cannot stop a stream (must stay empty).
     internal_errors: list[str]
+    #: The step changed nothing of the classic group it was given but its timers, timer heap,
+    #: timer sequence and clock (``group`` is that very object): it fired no timer and every
+    #: request was a heartbeat, which whatever its answer at most re-arms its member's session.
+    #: So what a caller derived from the rest of the group (its summary, the start of its
+    #: snapshot) still holds.
+    timers_only: bool = False
 
 
 def step(
@@ -223,10 +233,14 @@ def step(
         config, start, ids, next_seq, group_id, group, partition, responses, records, now_ms, topics
     )
 
+    fired = 0
+
     def fire() -> None:
+        nonlocal fired
         try:
-            fire_due_timers(ctx)
+            fired += fire_due_timers(ctx)
         except Exception as exc:  # an engine bug must not take the stream down with it
+            fired += 1  # maybe part of one: whatever it did stands
             internal_errors.append(f"timers of {group_id!r}: {exc!r}")
 
     fire()
@@ -245,7 +259,15 @@ def step(
         next_deadline = None if head is None else head[0]
     else:
         next_deadline = None
-    return StepResult(ctx.group, responses, records, next_deadline, internal_errors)
+    timers_only = (
+        isinstance(group, ClassicGroup)
+        and ctx.group is group
+        and not fired
+        and not internal_errors
+        and not records
+        and all(type(raw) is dict and raw.get("api") == "heartbeat" for raw in requests)
+    )
+    return StepResult(ctx.group, responses, records, next_deadline, internal_errors, timers_only)
 
 
 def _serve_raw(

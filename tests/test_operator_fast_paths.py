@@ -15,9 +15,12 @@ from hypothesis import strategies as st
 
 from coordinator import jsonio, requests
 from coordinator.config import CoordinatorConfig
-from coordinator.group.snapshot import decode_group
+from coordinator.errors import Error
+from coordinator.group.model import ClassicGroup
+from coordinator.group.snapshot import UntimedPart, decode_group, encode_classic_group
 from coordinator.modern.model import ConsumerGroup
 from coordinator.requests import BadRequest, parse, parse_in_full
+from coordinator.step import StepResult, step
 from coordinator.stream import operator as op
 
 SETTINGS = op.OperatorSettings(
@@ -109,6 +112,58 @@ json_values = st.recursive(
 def test_one_encoder_writes_what_json_dumps_wrote(value: Any) -> None:
     expected = json.dumps(value, default=jsonio._default, separators=(",", ":"), ensure_ascii=False)
     assert jsonio.dumps(value) == expected
+
+
+responses = st.fixed_dictionaries(
+    {
+        "api": st.one_of(st.sampled_from(["heartbeat", "leave_group"]), st.text(max_size=3)),
+        "request_id": st.one_of(st.text(max_size=4), st.integers(), st.none(), st.booleans()),
+        "group_id": st.one_of(st.text(max_size=4), st.none(), st.sampled_from(["\ud800", "\x00"])),
+        "error_code": st.one_of(st.integers(-1, 200), st.just(Error.NONE), st.floats()),
+        "error": st.one_of(st.none(), st.sampled_from([e.error_name for e in Error])),
+        "error_message": st.one_of(st.none(), st.text(max_size=6), st.binary(max_size=3)),
+    },
+    optional={"members": st.lists(st.text(max_size=2), max_size=2)},
+)
+
+
+@given(answer=responses)
+def test_a_response_line_is_what_the_encoder_writes(answer: dict[str, Any]) -> None:
+    assert jsonio.dumps_response(answer) == jsonio.dumps(answer)
+    assert jsonio.dumps_response(dict(reversed(answer.items()))) == jsonio.dumps(
+        dict(reversed(answer.items()))
+    )
+
+
+json_texts = st.one_of(
+    st.builds(lambda v: json.dumps(v, default=jsonio._default), json_values),
+    st.builds(
+        lambda d, pad: pad + json.dumps(d, default=jsonio._default) + pad,
+        st.dictionaries(st.text(max_size=3), json_values),
+        st.sampled_from(["", " ", "\n"]),
+    ),
+    st.text(max_size=12),
+    st.sampled_from(
+        ['{"a":1} ', '{"a":1}x', "{", '{"a":1}{}', "\ufeff{}", " {}", "{}", '{"a":[' * 3000]
+    ),
+)
+
+
+@given(line=json_texts)
+def test_an_object_line_reads_as_json_loads_reads_it(line: str) -> None:
+    try:
+        expected: Any = ("value", json.loads(line))
+    except ValueError as exc:
+        expected = ("error", type(exc), str(exc))
+    except RecursionError:  # its message names the container it was in: depth-dependent
+        expected = ("too deep",)
+    try:
+        got: Any = ("value", jsonio.loads_object(line))
+    except ValueError as exc:
+        got = ("error", type(exc), str(exc))
+    except RecursionError:
+        got = ("too deep",)
+    assert got == expected
 
 
 # -- the state function over random request sequences --------------------------------------------
@@ -218,6 +273,23 @@ def _request(
     return {"api": "describe_groups", "request_id": rid, "group_id": group_id}
 
 
+def _checked_step(*args: Any, **kwargs: Any) -> StepResult:
+    """The engine's step, checking what it says of itself: when it reports that it changed only
+    the group's timers, the group's summary and the start of its snapshot are as they were."""
+    group = args[0]
+    before = None
+    if isinstance(group, ClassicGroup):
+        before = (op.group_summary(group.group_id, group, 0), encode_classic_group(group)[1])
+    result = step(*args, **kwargs)
+    if result.timers_only:
+        assert before is not None and result.group is group
+        summary, untimed = before
+        assert op.group_summary(group.group_id, group, 0) == summary
+        assert encode_classic_group(group)[1] == untimed
+        event("a step changed only timers")
+    return result
+
+
 def _run(
     state: dict[str, tuple[int | None, bytes]],
     lines: list[op.InboxLine],
@@ -230,6 +302,7 @@ def _run(
         patch.setattr(op, "DECODED", decoded)
         if not plain_heartbeats:
             patch.setattr(requests, "_plain_heartbeat", lambda raw: None)
+            patch.setattr(op, "step", _checked_step)
         return op.run_shard(SETTINGS, dict(state), lines, now_ms, now_ms)
 
 
@@ -289,6 +362,8 @@ def test_the_fast_paths_give_exactly_the_general_paths_outputs(data: st.DataObje
         if any(a["api"] == "heartbeat" and a["error"] is None for a in answers):
             event("a heartbeat was served")
     event(f"{warm.hits} cached groups stepped" if warm.hits else "no cached group stepped")
+    if warm.untimed_reused:
+        event("a snapshot's untimed part was reused")
 
 
 def test_a_blob_that_is_not_the_cached_encoding_is_decoded() -> None:
@@ -296,13 +371,14 @@ def test_a_blob_that_is_not_the_cached_encoding_is_decoded() -> None:
     first = op.run_group(SETTINGS, "g", None, [_join_line("j1")], 1_000)
     assert first.blob is not None
     decoded = op.DecodedGroups(limit_bytes=2 * len(first.blob))
-    group, summary = decoded.take(first.blob, "g", 0, SETTINGS.config)
-    decoded.keep(first.blob, group, summary)
+    group, summary, untimed = decoded.take(first.blob, "g", 0, SETTINGS.config)
+    assert untimed is None  # decoded: no untimed part
+    decoded.keep(first.blob, group, summary, _untimed(group))
     assert (
         decoded.take(first.blob, "g", 0, SETTINGS.config)[0] is group
     )  # taken out: stepped once only
     assert decoded.take(first.blob, "g", 0, SETTINGS.config)[0] is not group
-    decoded.keep(first.blob, group, summary)
+    decoded.keep(first.blob, group, summary, _untimed(group))
     assert decoded.take(first.blob, "other", 0, SETTINGS.config)[0] is not group
     assert (
         decoded.take(first.blob, "g", 0, SETTINGS.config)[0] is not group
@@ -314,19 +390,25 @@ def test_the_oldest_groups_go_first_past_the_byte_limit() -> None:
     decoded = op.DecodedGroups(limit_bytes=10)
     first = op.run_group(SETTINGS, "g", None, [_join_line("j1")], 1_000)
     assert first.blob is not None
-    group, summary = decoded.take(first.blob, "g", 0, SETTINGS.config)
+    group, summary, _ = decoded.take(first.blob, "g", 0, SETTINGS.config)
     for n in range(4):
-        decoded.keep(bytes([n]) * 4, group, summary)
+        decoded.keep(bytes([n]) * 4, group, summary, _untimed(group))
     assert list(decoded._groups) == [bytes([2]) * 4, bytes([3]) * 4]
-    decoded.keep(b"x" * 11, group, summary)  # over the limit alone: not kept
+    decoded.keep(b"x" * 11, group, summary, _untimed(group))  # over the limit alone: not kept
     assert len(decoded._groups) == 2 and decoded._bytes == 8
 
 
 def test_a_consumer_group_is_always_decoded() -> None:
     """A consumer group's blob is the records that rebuild it: its object is never kept."""
     decoded = op.DecodedGroups()
-    decoded.keep(b"blob", ConsumerGroup("c"), {"group_id": "c"})
+    decoded.keep(b"blob", ConsumerGroup("c"), {"group_id": "c"}, _untimed(None))
     assert decoded._groups == {}
+
+
+def _untimed(group: Any) -> UntimedPart:
+    if group is None:
+        return UntimedPart(b"", {}, {}, 0, 0)
+    return encode_classic_group(group)[1]
 
 
 def _join_line(rid: str) -> op.InboxLine:

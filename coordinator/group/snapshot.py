@@ -53,6 +53,7 @@ from __future__ import annotations
 import struct
 import zlib
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from coordinator.group.model import (
@@ -68,7 +69,14 @@ from coordinator.log.modern_records import RecordBuilder
 from coordinator.log.records import Group
 from coordinator.modern.model import ConsumerGroup
 
-__all__ = ["SNAPSHOT_VERSION", "SnapshotError", "decode_group", "encode_group"]
+__all__ = [
+    "SNAPSHOT_VERSION",
+    "SnapshotError",
+    "UntimedPart",
+    "decode_group",
+    "encode_classic_group",
+    "encode_group",
+]
 
 SNAPSHOT_VERSION = 3
 """The layout :func:`encode_group` writes for a classic group (the blob's first byte)."""
@@ -542,7 +550,9 @@ def _read_state_v1(inp: _In) -> GroupState:
     return _STATES_V1[code]
 
 
-def _write_group(out: _Out, group: ClassicGroup) -> None:
+def _write_untimed(out: _Out, group: ClassicGroup) -> None:
+    """A classic group's body up to its timers: what a step that only re-arms timers (a
+    heartbeat) leaves as it was."""
     out.text(group.group_id)
     out.opt_time(group.current_state_timestamp_ms)
     _write_state(out, group.state)
@@ -583,6 +593,16 @@ def _write_group(out: _Out, group: ClassicGroup) -> None:
         out.text(topic)
         out.sint(partition)
         _write_offset(out, offset)
+
+
+def _write_group(out: _Out, group: ClassicGroup) -> None:
+    _write_untimed(out, group)
+    _write_timed(out, group)
+
+
+def _write_timed(out: _Out, group: ClassicGroup) -> None:
+    """The rest of a classic group's body after :func:`_write_untimed`: its timers, the heap,
+    the timer sequence, the rebalance reason and the clock."""
     # Timers and the heap are most of a busy group's blob and rewritten on every heartbeat:
     # ``_write_timer``, ``out.text(key)`` and ``out.time`` / ``out.seq`` inlined for the
     # commonest cases (one-byte references, deltas and zigzags); the bytes are the same.
@@ -790,6 +810,46 @@ def _version_prefix(version: int) -> bytes:
     return bytes(out.buf)
 
 
+@dataclass(frozen=True, slots=True)
+class UntimedPart:
+    """What :func:`encode_classic_group` wrote of a classic group before its timers (the body's
+    bytes so far and the writer's tables and deltas at that point), to be written after again
+    when only the group's timers have changed."""
+
+    body: bytes
+    texts: dict[str, int]
+    blobs: dict[bytes, int]
+    last_time: int
+    last_seq: int
+
+
+def encode_classic_group(
+    group: ClassicGroup, untimed: UntimedPart | None = None
+) -> tuple[bytes, UntimedPart]:
+    """:func:`encode_group` of a classic group, and the part of its body before the timers.
+
+    With ``untimed`` (the part an earlier call returned for this group), the body's start is
+    not written again, only what follows it (timers, heap, timer sequence, rebalance reason,
+    clock): the caller vouches that nothing else of the group has changed since (no field and
+    nothing in a member, an offset or a table), as after a step that served only heartbeats
+    and fired no timer (:attr:`coordinator.step.StepResult.timers_only`). The bytes are then
+    exactly :func:`encode_group`'s."""
+    out = _Out()
+    if untimed is None:
+        _write_untimed(out, group)
+        untimed = UntimedPart(
+            bytes(out.buf), dict(out._texts), dict(out._blobs), out._last_time, out._last_seq
+        )
+    else:
+        out.buf += untimed.body
+        out._texts = dict(untimed.texts)
+        out._blobs = dict(untimed.blobs)
+        out._last_time = untimed.last_time
+        out._last_seq = untimed.last_seq
+    _write_timed(out, group)
+    return _frame(SNAPSHOT_VERSION, out.buf), untimed
+
+
 def encode_group(group: Group) -> bytes:
     """The group as a version-:data:`SNAPSHOT_VERSION` blob (deterministic); a consumer group
     as a version-:data:`CONSUMER_SNAPSHOT_VERSION` one.
@@ -805,13 +865,22 @@ def encode_group(group: Group) -> bytes:
     else:
         _write_group(out, group)
         version = SNAPSHOT_VERSION
-    body = bytes(out.buf)
+    return _frame(version, out.buf)
+
+
+#: The version prefixes of the layouts this release writes.
+_PREFIXES = {v: _version_prefix(v) for v in (SNAPSHOT_VERSION, CONSUMER_SNAPSHOT_VERSION)}
+
+
+def _frame(version: int, written: bytearray) -> bytes:
+    """A body in its frame: version, codec (compressed when that makes it smaller), CRC-32."""
+    body = bytes(written)
     codec = _CODEC_RAW
     if len(body) >= _COMPRESS_MIN_BYTES:
         packed = zlib.compress(body, _ZLIB_LEVEL)
         if len(packed) < len(body):
             codec, body = _CODEC_ZLIB, packed
-    head = _version_prefix(version) + bytes((codec,))
+    head = _PREFIXES[version] + bytes((codec,))
     return head + body + _CRC.pack(zlib.crc32(body, zlib.crc32(head)))
 
 

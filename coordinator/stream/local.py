@@ -19,7 +19,6 @@ same warehouse finds a checkpoint with no Spark state and rebuilds from the log
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -72,7 +71,7 @@ class LocalJob:
         ]
         if arrival_ms is not None:
             arrivals = zip(lines, arrival_ms, strict=True)
-            lines = [dataclasses.replace(line, arrival_ms=at) for line, at in arrivals]
+            lines = [line._replace(arrival_ms=at) for line, at in arrivals]
         return self._run(lines, now_ms)
 
     def _run(self, lines: list[InboxLine], now_ms: int) -> list[dict[str, Any]]:

@@ -49,8 +49,9 @@ import re
 import struct
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from operator import attrgetter
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import unquote, urlparse
 
 from coordinator import jsonio
@@ -59,7 +60,12 @@ from coordinator.context import GroupContext
 from coordinator.engine import CoordinatorNode, find_coordinator_response, on_loaded
 from coordinator.errors import Error
 from coordinator.group.model import ClassicGroup
-from coordinator.group.snapshot import decode_group, encode_group
+from coordinator.group.snapshot import (
+    UntimedPart,
+    decode_group,
+    encode_classic_group,
+    encode_group,
+)
 from coordinator.ids import KeyedIds
 from coordinator.log.partitioning import partition_for
 from coordinator.log.records import Group, record_from_bytes, replay
@@ -103,15 +109,15 @@ SHARD_KEY = "shard"
 KEY_MODES = (GROUP_KEY, SHARD_KEY)
 
 
-@dataclass(frozen=True, slots=True)
-class InboxLine:
+class InboxLine(NamedTuple):
     """One line of a request file, where it came from (the order key) and its group id key.
 
     ``terminated``: the line ended with a newline (False only for a file's last line when the
     file does not end with one: a line cut short). ``valid_utf8``: the line's bytes were UTF-8
     (False: undecodable bytes were replaced by U+FFFD on the way in). ``arrival_ms``: when its
     file reached the inbox (the stamp in the sequenced file's name), None when unknown (served
-    at the batch's time)."""
+    at the batch's time). A named tuple: the state function builds one per request, and a
+    frozen dataclass's constructor costs several times a tuple's."""
 
     value: str
     source_file: str
@@ -280,8 +286,10 @@ def run_group(
     """Step one group id over its lines (in their order key's order) up to ``now_ms``; the
     output rows carry ``emitted_ms`` (the batch's timestamp; by default ``now_ms``)."""
     partition = partition_for(group_id, settings.config.offsets_topic_num_partitions)
-    group, before = (
-        (None, None) if blob is None else DECODED.take(blob, group_id, partition, settings.config)
+    group, before, untimed = (
+        (None, None, None)
+        if blob is None
+        else DECODED.take(blob, group_id, partition, settings.config)
     )
     rows: list[tuple[Any, ...]] = []
     errors: list[str] = []
@@ -352,18 +360,31 @@ def run_group(
         settings.topic_image(),
     )
     for answer in result.responses:
-        emit(RESPONSE, jsonio.dumps(answer))
+        emit(RESPONSE, jsonio.dumps_response(answer))
     for record in result.records:
         emit(RECORD, key=record["key"], value=record["value"])
-    after = group_summary(group_id, result.group, partition, settings.config)
+    # A step that changed only the group's timers (heartbeats) leaves its summary and the start
+    # of its snapshot as they were.
+    unchanged = False
+    after: dict[str, Any]
+    if result.timers_only and before is not None and not loaded:
+        unchanged = True
+        after = before
+        if untimed is not None:
+            DECODED.untimed_reused += 1
+    else:
+        after = group_summary(group_id, result.group, partition, settings.config)
     # A load always writes the group's summary: group_state may hold a rebalance the log never
     # saw, or (Dead) a group the log no longer has.
     if loaded or (after != before and not (before is None and result.group is None)):
         emit(GROUP, jsonio.dumps(after))
     new_blob = None
-    if result.group is not None:
+    if isinstance(result.group, ClassicGroup):
+        new_blob, untimed = encode_classic_group(result.group, untimed if unchanged else None)
+        # The group is not touched after this.
+        DECODED.keep(new_blob, result.group, after, untimed)
+    elif result.group is not None:
         new_blob = encode_group(result.group)
-        DECODED.keep(new_blob, result.group, after)  # the group is not touched after this
     errors.extend(result.internal_errors)
     return GroupOutcome(new_blob, result.next_deadline_ms, rows, errors, warnings)
 
@@ -387,15 +408,19 @@ class DecodedGroups:
 
     def __init__(self, limit_bytes: int = 2 * 1024 * 1024) -> None:
         self.limit_bytes = limit_bytes
-        self._groups: dict[bytes, tuple[ClassicGroup, dict[str, Any]]] = {}
+        self._groups: dict[bytes, tuple[ClassicGroup, dict[str, Any], UntimedPart]] = {}
         self._bytes = 0
         #: How many groups were taken from here rather than decoded.
         self.hits = 0
+        #: How many of those had only their timers changed, so that only the end of their
+        #: snapshot was written again (counted by :func:`run_group`).
+        self.untimed_reused = 0
 
     def take(
         self, blob: bytes, group_id: str, partition: int, config: CoordinatorConfig
-    ) -> tuple[Group, dict[str, Any]]:
-        """The blob's group and its :func:`group_summary` (the caller then owns the group)."""
+    ) -> tuple[Group, dict[str, Any], UntimedPart | None]:
+        """The blob's group, its :func:`group_summary` and, when the group is the one kept,
+        the untimed part of its snapshot (the caller then owns the group)."""
         cached = self._groups.pop(blob, None)
         if cached is not None:
             self._bytes -= len(blob)
@@ -403,11 +428,13 @@ class DecodedGroups:
                 self.hits += 1
                 return cached
         group = decode_group(blob)
-        return group, group_summary(group_id, group, partition, config)
+        return group, group_summary(group_id, group, partition, config), None
 
-    def keep(self, blob: bytes, group: Group, summary: dict[str, Any]) -> None:
-        """Remember a classic ``group`` (and its summary) as the decoding of ``blob``; the caller
-        must not change either afterwards."""
+    def keep(
+        self, blob: bytes, group: Group, summary: dict[str, Any], untimed: UntimedPart
+    ) -> None:
+        """Remember a classic ``group``, its summary and the untimed part of its snapshot as the
+        decoding of ``blob``; the caller must not change any of them afterwards."""
         if not isinstance(group, ClassicGroup) or len(blob) > self.limit_bytes:
             return
         groups = self._groups
@@ -418,7 +445,7 @@ class DecodedGroups:
             oldest = next(iter(groups))
             del groups[oldest]
             self._bytes -= len(oldest)
-        groups[blob] = (group, summary)
+        groups[blob] = (group, summary, untimed)
         self._bytes += len(blob)
 
     def clear(self) -> None:
@@ -548,7 +575,7 @@ def _read_line(line: InboxLine, emit: Any, max_bytes: int) -> dict[str, Any] | N
         _refuse(line, emit, _head_fields(value[:HEAD_SCAN_CHARS]), reason)
         return None
     try:
-        raw = json.loads(value)
+        raw = jsonio.loads_object(value)
     except (ValueError, RecursionError) as exc:
         if not line.terminated:
             reason = NOT_ATOMIC
@@ -777,31 +804,40 @@ def _lines(frames: Iterator[Any], with_group: bool) -> list[InboxLine]:
     lines: list[InboxLine] = []
     arrivals: dict[str, int | None] = {}  # per file: a file's lines share its stamp
     for frame in frames:
-        columns = [frame["value"].tolist(), frame["source_file"].tolist(), frame["position"]]
-        groups = frame["group_id"].tolist() if with_group else None
-        terminated = _flags(frame, "terminated")
-        valid_utf8 = _flags(frame, "valid_utf8")
-        for i, (value, source, position) in enumerate(zip(*columns, strict=True)):
-            group_id = groups[i] if groups is not None else ""
+        values = frame["value"].tolist()
+        sources = frame["source_file"].tolist()
+        count = len(values)
+        for source in sources:
             if source not in arrivals:
                 arrivals[source] = arrival_of(source)
-            lines.append(
-                InboxLine(
-                    value,
-                    source,
-                    int(position),
-                    group_id,
-                    terminated is None or bool(terminated[i]),
-                    valid_utf8 is None or bool(valid_utf8[i]),
-                    arrivals[source],
-                )
+        # Column by column, then one tuple per line, without a Python call per line.
+        lines.extend(
+            map(
+                _new_line,
+                zip(
+                    values,
+                    sources,
+                    map(int, frame["position"].tolist()),
+                    frame["group_id"].tolist() if with_group else [""] * count,
+                    _flags(frame, "terminated", count),
+                    _flags(frame, "valid_utf8", count),
+                    map(arrivals.__getitem__, sources),
+                    strict=True,
+                ),
             )
+        )
     return lines
 
 
-def _flags(frame: Any, column: str) -> list[Any] | None:
-    """A boolean column of the inbox rows (absent in a stream that does not provide it)."""
-    return frame[column].tolist() if column in frame.columns else None
+#: An :class:`InboxLine` from a tuple of its fields.
+_new_line = partial(tuple.__new__, InboxLine)
+
+
+def _flags(frame: Any, column: str, count: int) -> list[bool]:
+    """A boolean column of the inbox rows (all true when the stream does not provide it)."""
+    if column not in frame.columns:
+        return [True] * count
+    return list(map(bool, frame[column].tolist()))
 
 
 def _frame(rows: list[tuple[Any, ...]]) -> Any:
