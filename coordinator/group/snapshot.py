@@ -616,7 +616,21 @@ def _write_timed(out: _Out, group: ClassicGroup) -> None:
         if index is not None and index <= 0x3F:
             buf.append((index << 1) | 1)
         else:
-            out.text(key)
+            # Most often a key first seen here, "heartbeat-" + a member id: what ``text``
+            # writes then when both parts are one-byte references.
+            head = rest = 0x40  # no reference yet
+            cut = key.find("-") + 1
+            if index is None and 0 < cut < len(key):
+                head = texts.get(key[:cut], 0x40)
+                if head <= 0x3F:
+                    rest = texts.get(key[cut:], 0x40)
+            if rest <= 0x3F:
+                buf.append(_H_CONCAT)
+                buf.append((head << 1) | 1)
+                buf.append((rest << 1) | 1)
+                texts[key] = len(texts)
+            else:
+                out.text(key)
         delta = timer.deadline_ms - last_time
         zigzag = delta << 1 if delta >= 0 else ((-delta) << 1) - 1
         if zigzag <= 0x7F:
@@ -631,7 +645,11 @@ def _write_timed(out: _Out, group: ClassicGroup) -> None:
         else:
             out.uint(zigzag)
         last_seq = timer.seq
-        out.text(timer.kind)
+        index = texts.get(timer.kind)
+        if index is not None and index <= 0x3F:
+            buf.append((index << 1) | 1)
+        else:
+            out.text(timer.kind)
         payload = timer.payload
         index = texts.get(payload) if type(payload) is str else None
         if index is not None and index <= 0x3F:
