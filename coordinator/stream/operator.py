@@ -567,7 +567,7 @@ def _read_line(line: InboxLine, emit: Any, max_bytes: int) -> dict[str, Any] | N
     is not Unicode (a lone surrogate escape, which no table could store). A line that is not
     JSON is answered when its id can be read from its start."""
     value = line.value
-    size = _utf8_size(value, max_bytes)
+    size = len(value) if len(value) * 4 <= max_bytes else _utf8_size(value, max_bytes)
     if size > max_bytes:
         reason = (
             f"the line is {size} bytes, over job.max.request.bytes ({max_bytes}); it was not parsed"
@@ -600,7 +600,10 @@ def _read_line(line: InboxLine, emit: Any, max_bytes: int) -> dict[str, Any] | N
         reason = "a string holds a lone surrogate (\\ud800-\\udfff escaped alone): not Unicode"
         _refuse(line, emit, raw, reason)
         return None
-    if _request_id(raw) is None:
+    request_id = raw.get("request_id")
+    # The commonest ids, an int or an ASCII string, can be answered to without more checks.
+    plain = type(request_id) is int or (type(request_id) is str and request_id.isascii())
+    if not plain and _request_id(raw) is None:
         _refuse(line, emit, {}, NO_REQUEST_ID)
         return None
     return raw
