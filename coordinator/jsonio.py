@@ -63,22 +63,26 @@ def dumps_response(answer: dict[str, Any]) -> str:
     error answer without fields of its own) whose values are strings, ints or None is written
     from a template instead (the same text)."""
     if len(answer) == 6 and tuple(answer) == _COMMON_KEYS:
-        parts = []
-        for value in answer.values():
-            kind = type(value)
-            if kind is str:
-                parts.append(_STR(value))
-            elif value is None:
-                parts.append("null")
-            elif kind is int:
-                parts.append(int.__repr__(value))
+        api, request_id, group_id, code, error, message = answer.values()
+        if (
+            type(api) is str
+            and type(group_id) is str
+            and type(code) is int
+            and (error is None or type(error) is str)
+            and (message is None or type(message) is str)
+        ):
+            if type(request_id) is str:
+                request_id = _STR(request_id)
+            elif type(request_id) is int:
+                request_id = int.__repr__(request_id)
             else:
                 return dumps(answer)
-        api, request_id, group_id, code, error, message = parts
-        return (
-            f'{{"api":{api},"request_id":{request_id},"group_id":{group_id},'
-            f'"error_code":{code},"error":{error},"error_message":{message}}}'
-        )
+            return (
+                f'{{"api":{_STR(api)},"request_id":{request_id},"group_id":{_STR(group_id)},'
+                f'"error_code":{int.__repr__(code)},'
+                f'"error":{"null" if error is None else _STR(error)},'
+                f'"error_message":{"null" if message is None else _STR(message)}}}'
+            )
     return dumps(answer)
 
 
