@@ -636,5 +636,6 @@ def test_the_operator_profile_runs_the_shard_function_over_stable_groups():
     assert set(stages) == set(operator_bench.STAGES)
     assert stages["engine step (requests -> answers, records)"] > 0
     assert stages["parse a line (JSON, checks)"] > 0
+    assert stages["group snapshot encode"] > 0 and stages["answers to JSON"] > 0
     assert result["us_per_request_cpu"] > 0 and result["top_own_time"]
     assert "us CPU per request" in operator_bench.format_report(result)
