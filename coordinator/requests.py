@@ -334,11 +334,13 @@ def parse_in_full(raw: Any) -> Request:
     return request
 
 
-def _plain_heartbeat(raw: dict[str, Any]) -> Request | None:
-    """The commonest request, read without the general field readers: a heartbeat of the
-    newest version with ASCII ids, a plain int generation and no instance id. Returns exactly
-    the Request :func:`parse` builds for it, or None for anything else (which :func:`parse`
-    then reads in full, so every error and its message stay the same)."""
+def plain_heartbeat_fields(raw: Any) -> tuple[str | int, str, str, int] | None:
+    """(request id, group id, member id, generation) of the commonest request, read without the
+    general field readers: a heartbeat of the newest version with ASCII ids, a plain int
+    generation and no instance id. None for anything else, which :func:`parse` reads in full
+    (so every error and its message stay the same)."""
+    if type(raw) is not dict or raw.get("api") != "heartbeat":
+        return None
     request_id = raw.get("request_id")
     group_id = raw.get("group_id")
     member_id = raw.get("member_id")
@@ -354,9 +356,19 @@ def _plain_heartbeat(raw: dict[str, Any]) -> Request | None:
         and type(generation) is int
         and INT32_MIN <= generation <= INT32_MAX
     ):
-        body = {"member_id": member_id, "group_instance_id": None, "generation_id": generation}
-        return Request("heartbeat", request_id, group_id, MAX_API_VERSION["heartbeat"], body)
+        return request_id, group_id, member_id, generation
     return None
+
+
+def _plain_heartbeat(raw: dict[str, Any]) -> Request | None:
+    """Exactly the Request :func:`parse` builds for a :func:`plain_heartbeat_fields` heartbeat,
+    or None for anything else."""
+    fields = plain_heartbeat_fields(raw)
+    if fields is None:
+        return None
+    request_id, group_id, member_id, generation = fields
+    body = {"member_id": member_id, "group_instance_id": None, "generation_id": generation}
+    return Request("heartbeat", request_id, group_id, MAX_API_VERSION["heartbeat"], body)
 
 
 # --- behaviour Kafka ties to versions -----------------------------------------------------------

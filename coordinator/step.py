@@ -56,6 +56,8 @@ from coordinator.requests import (
     bad_request_response,
     error_response,
     parse,
+    plain_heartbeat_fields,
+    response,
 )
 from coordinator.topics import EMPTY_IMAGE, TopicImage
 
@@ -249,7 +251,15 @@ def step(
         if at > ctx.now_ms:
             ctx.now_ms = at
             fire()
-        _serve_raw(ctx, raw, config, responses, internal_errors)
+        fields = plain_heartbeat_fields(raw)
+        if (
+            fields is not None
+            and fields[1] == group_id != ""
+            and not isinstance(ctx.group, ConsumerGroup)
+        ):
+            _serve_plain_heartbeat(ctx, raw, fields, responses, internal_errors)
+        else:
+            _serve_raw(ctx, raw, config, responses, internal_errors)
     ctx.now_ms = max(ctx.now_ms, now_ms)
     fire()  # also what the requests armed to fire at once (a delay of 0)
     if ctx.group is not None:
@@ -268,6 +278,30 @@ def step(
         and all(type(raw) is dict and raw.get("api") == "heartbeat" for raw in requests)
     )
     return StepResult(ctx.group, responses, records, next_deadline, internal_errors, timers_only)
+
+
+def _serve_plain_heartbeat(
+    ctx: GroupContext,
+    raw: dict[str, Any],
+    fields: tuple[str | int, str, str, int],
+    responses: list[dict[str, Any]],
+    internal_errors: list[str],
+) -> None:
+    """Serve a plain heartbeat (:func:`coordinator.requests.plain_heartbeat_fields`) for the
+    context's own group, classic or none: what :func:`_serve_raw` does with it (it passes every
+    check there and :func:`coordinator.group.membership.heartbeat` serves it), without building
+    its Request."""
+    request_id, group_id, member_id, generation = fields
+    try:
+        error = membership.heartbeat_member(ctx, member_id, None, generation)
+    except Exception as exc:  # as in _serve_raw
+        internal_errors.append(f"heartbeat {request_id!r}: {exc!r}")
+        request = parse(raw)
+        responses.append(
+            error_response(request, Error.UNKNOWN_SERVER_ERROR, f"internal error: {exc}")
+        )
+        return
+    responses.append(response("heartbeat", request_id, group_id, error))
 
 
 def _serve_raw(

@@ -1,12 +1,15 @@
 """The state function's fast paths change nothing: a Python worker that steps the group object
-it encoded last batch, and the plain-heartbeat reader, give exactly the outputs (responses,
-records, summaries, rejections), state blobs and deadlines of decoding every blob and reading
-every request with the general field readers, over random request sequences."""
+it encoded last batch (and writes again only the end of its snapshot when only its timers
+changed), and the plain-heartbeat reader and server, give exactly the outputs (responses,
+records, summaries, rejections), state blobs and deadlines of decoding every blob, encoding it
+whole and reading and serving every request through the general field readers and checks,
+over random request sequences."""
 
 from __future__ import annotations
 
 import base64
 import gc
+import importlib
 import json
 from typing import Any
 
@@ -23,6 +26,9 @@ from coordinator.modern.model import ConsumerGroup
 from coordinator.requests import BadRequest, parse, parse_in_full
 from coordinator.step import StepResult, step
 from coordinator.stream import operator as op
+
+#: The step module itself (the package's attribute ``coordinator.step`` is the function).
+step_module = importlib.import_module("coordinator.step")
 
 SETTINGS = op.OperatorSettings(
     CoordinatorConfig(
@@ -303,6 +309,7 @@ def _run(
         patch.setattr(op, "DECODED", decoded)
         if not plain_heartbeats:
             patch.setattr(requests, "_plain_heartbeat", lambda raw: None)
+            patch.setattr(step_module, "plain_heartbeat_fields", lambda raw: None)
             patch.setattr(op, "step", _checked_step)
         return op.run_shard(SETTINGS, dict(state), lines, now_ms, now_ms)
 

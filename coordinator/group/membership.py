@@ -681,24 +681,32 @@ def remove_pending_sync_member(ctx: GroupContext, group: ClassicGroup, member_id
 
 def heartbeat(ctx: GroupContext, request: Request) -> None:
     body = request.body
-    group = ctx.classic
-    error: Error
-    if group is None:
-        error = Error.UNKNOWN_MEMBER_ID
-    elif group.state is DEAD:
-        error = Error.COORDINATOR_NOT_AVAILABLE
-    else:
-        error = validate_member(group, body["member_id"], body["group_instance_id"])
-        if error is Error.NONE and body["generation_id"] != group.generation_id:
-            error = Error.ILLEGAL_GENERATION
-        if error is Error.NONE:
-            if group.state is EMPTY:
-                error = Error.UNKNOWN_MEMBER_ID
-            else:
-                reschedule_heartbeat(ctx, group.members[body["member_id"]])
-                if group.state is PREPARING:
-                    error = Error.REBALANCE_IN_PROGRESS
+    error = heartbeat_member(
+        ctx, body["member_id"], body["group_instance_id"], body["generation_id"]
+    )
     ctx.respond("heartbeat", request.request_id, error)
+
+
+def heartbeat_member(
+    ctx: GroupContext, member_id: str, instance_id: str | None, generation_id: int
+) -> Error:
+    """A heartbeat's effect on the group (its member's session re-armed) and its answer."""
+    group = ctx.classic
+    if group is None:
+        return Error.UNKNOWN_MEMBER_ID
+    if group.state is DEAD:
+        return Error.COORDINATOR_NOT_AVAILABLE
+    error = validate_member(group, member_id, instance_id)
+    if error is Error.NONE and generation_id != group.generation_id:
+        error = Error.ILLEGAL_GENERATION
+    if error is Error.NONE:
+        if group.state is EMPTY:
+            error = Error.UNKNOWN_MEMBER_ID
+        else:
+            reschedule_heartbeat(ctx, group.members[member_id])
+            if group.state is PREPARING:
+                error = Error.REBALANCE_IN_PROGRESS
+    return error
 
 
 # --- LeaveGroup (6.5) -------------------------------------------------------------------------
