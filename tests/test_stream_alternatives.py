@@ -628,7 +628,7 @@ def test_the_tws_operator_forms_a_group_and_expires_a_silent_member(spark: Any, 
 def test_the_operator_profile_runs_the_shard_function_over_stable_groups():
     from coordinator.bench import operator as operator_bench
 
-    options = operator_bench.OperatorBenchOptions(groups=4, members=3, batches=2)
+    options = operator_bench.OperatorBenchOptions(groups=4, members=3, batches=2, sample_rounds=200)
     result = operator_bench.operator_bench(options)
     # Every member heartbeats within its session: one answer each, nothing else written.
     assert result["requests"] == result["output_rows"] == 4 * 3 * 2
@@ -638,4 +638,7 @@ def test_the_operator_profile_runs_the_shard_function_over_stable_groups():
     assert stages["parse a line (JSON, checks)"] > 0
     assert stages["group snapshot encode"] > 0 and stages["answers to JSON"] > 0
     assert result["us_per_request_cpu"] > 0 and result["top_own_time"]
+    # Sampled by CPU time too (every platform the suite runs on has setitimer).
+    assert set(result["stages_us_per_request_sampled"]) == set(operator_bench.STAGES)
+    assert result["cpu_samples"] > 0 and result["top_sampled_lines"]
     assert "us CPU per request" in operator_bench.format_report(result)

@@ -6,9 +6,11 @@ lines, decodes the shard's state, steps every group with lines or a due timer (p
 line, decode the group's snapshot, run the engine, encode answers and the snapshot, summarise
 the group) and hands back a pandas frame of output rows. This module runs exactly that path
 without Spark: one shard holding G Stable groups of M members, fed batches of heartbeats (every
-member once per batch, one inbox file per ``--lines-per-file`` lines), and profiles it with
-``cProfile``. It prints microseconds per request for the whole function and per stage, so that
-the job's top costs can be fixed in order (``coordinator bench operator --groups G --members M``). What Spark adds around it (Arrow transfer between
+member once per batch, one inbox file per ``--lines-per-file`` lines), times it, samples its
+stack every few milliseconds of CPU time (the shares of CPU by stage and by line, which a busy
+box does not distort) and profiles it with ``cProfile`` (calls, and cumulative times that the
+profiler's cost per call and other processes inflate). It prints microseconds per request for
+the whole function and per stage, so that the job's top costs can be fixed in order (``coordinator bench operator --groups G --members M``). What Spark adds around it (Arrow transfer between
 the JVM and the Python worker, the state store, the shuffle, the sink's Delta writes) is
 measured by ``coordinator bench stream``; the two figures side by side say which side bounds the
 job.
@@ -19,7 +21,9 @@ from __future__ import annotations
 import cProfile
 import json
 import pstats
+import signal
 import time
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -51,6 +55,9 @@ class OperatorBenchOptions:
     members: int = 10
     batches: int = 20
     lines_per_file: int = 100
+    #: Times the batches are run (each from a cold worker) while sampled by CPU time: the
+    #: kernel's profiling timer ticks about every 4 ms of CPU, so one run gives 150 samples.
+    sample_rounds: int = 5
 
 
 class _State:
@@ -131,8 +138,9 @@ def _frames(
 
 
 def operator_bench(options: OperatorBenchOptions) -> dict[str, Any]:
-    """Run the shard function over ``batches`` batches under ``cProfile``: microseconds per
-    request in all and per stage (:data:`STAGES`), and the top functions by own time."""
+    """Run the shard function over ``batches`` batches: timed, sampled by CPU time and under
+    ``cProfile``; microseconds per request in all and per stage (:data:`STAGES`), the top
+    lines by CPU samples and the top functions by the profiler's own time."""
     settings = operator.OperatorSettings(config=CONFIG, seed=b"bench-operator-seed")
     function = operator.shard_function(settings)
     blob, members, formed_ms = _formed(options)
@@ -142,15 +150,29 @@ def operator_bench(options: OperatorBenchOptions) -> dict[str, Any]:
         for b in range(options.batches)
     ]
     formed = blob
+
+    def run_batches() -> None:
+        blob = formed
+        for b in range(options.batches):
+            state = _State(blob, now + 1000 * b + 500)
+            list(function(("shard",), iter(frames[b]), state))
+            blob = state.updated if state.updated is not None else blob
+
     # First without the profiler (its per-call cost inflates call-heavy code), from a cold
-    # worker; then again under it, for the stages.
+    # worker; then sampled by CPU time; then again under the profiler, for its stages.
     operator.DECODED.clear()
     started = time.process_time()
-    for b in range(options.batches):
-        state = _State(blob, now + 1000 * b + 500)
-        list(function(("shard",), iter(frames[b]), state))
-        blob = state.updated if state.updated is not None else blob
+    run_batches()
     plain_cpu_s = time.process_time() - started
+
+    def run_rounds() -> None:
+        for _ in range(options.sample_rounds):
+            operator.DECODED.clear()
+            run_batches()
+
+    started = time.process_time()
+    samples = _cpu_samples(run_rounds)
+    sampled_cpu_s = (time.process_time() - started) / options.sample_rounds
     blob = formed
     operator.DECODED.clear()
     profile = cProfile.Profile()
@@ -185,6 +207,21 @@ def operator_bench(options: OperatorBenchOptions) -> dict[str, Any]:
             if caller_fn in names and caller_path.endswith(file_end)
         )
         stages[stage] = round(cumulative * per_request, 2)
+    sampled: dict[str, float] = {}
+    leaves: Counter[str] = Counter()
+    if samples:
+        # A stage's share of the samples times a round's CPU per request.
+        sampled_per_request = sampled_cpu_s * per_request / len(samples)
+        for stage, (file_end, names) in STAGES.items():
+            hits = sum(
+                1
+                for stack in samples
+                if any(fn in names and path.endswith(file_end) for path, fn, _ in stack)
+            )
+            sampled[stage] = round(hits * sampled_per_request, 2)
+        for stack in samples:
+            path, fn, line = stack[0]
+            leaves[f"{path.rsplit('/', 1)[-1]}:{line}({fn})"] += 1
     total = sum(tt for (_, _, _), (_, _, tt, _, _) in raw.items())
     top = sorted(raw.items(), key=lambda item: -item[1][2])[:15]
     return {
@@ -195,6 +232,13 @@ def operator_bench(options: OperatorBenchOptions) -> dict[str, Any]:
         "us_per_request_cpu": round(cpu_s * per_request, 2),
         "us_per_request_cpu_unprofiled": round(plain_cpu_s * per_request, 2),
         "stages_us_per_request": stages,
+        "cpu_samples": len(samples),
+        "us_per_request_cpu_sampled": round(sampled_cpu_s * per_request, 2),
+        "stages_us_per_request_sampled": sampled,
+        "top_sampled_lines": [
+            {"line": where, "share": round(count / len(samples), 4)}
+            for where, count in leaves.most_common(15)
+        ],
         "top_own_time": [
             {
                 "function": f"{path.rsplit('/', 1)[-1]}:{line}({fn})",
@@ -204,6 +248,41 @@ def operator_bench(options: OperatorBenchOptions) -> dict[str, Any]:
             for (path, line, fn), (_, nc, tt, _, _) in top
         ],
     }
+
+
+#: CPU time between two samples of the state function's stack (the kernel rounds it up to
+#: its tick).
+SAMPLE_INTERVAL_S = 0.001
+
+
+def _cpu_samples(run: Any) -> list[list[tuple[str, str, int]]]:
+    """Run ``run()`` and sample the main thread's stack every :data:`SAMPLE_INTERVAL_S` of this
+    process's CPU time (``ITIMER_PROF``): each sample (file, function, line) from the innermost
+    frame out. A sample lands between two bytecodes, so a C call's time (zlib, the JSON
+    scanner) is counted on the line that called it. Unlike the profiler's, these shares are
+    neither inflated by a cost per call nor by other processes' time on a busy box. Empty where
+    the platform has no ``setitimer``."""
+    samples: list[list[tuple[str, str, int]]] = []
+    if not hasattr(signal, "setitimer"):
+        run()
+        return samples
+
+    def sample(signum: int, frame: Any) -> None:
+        stack = []
+        while frame is not None:
+            code = frame.f_code
+            stack.append((code.co_filename, code.co_name, frame.f_lineno))
+            frame = frame.f_back
+        samples.append(stack)
+
+    previous = signal.signal(signal.SIGPROF, sample)
+    signal.setitimer(signal.ITIMER_PROF, SAMPLE_INTERVAL_S, SAMPLE_INTERVAL_S)
+    try:
+        run()
+    finally:
+        signal.setitimer(signal.ITIMER_PROF, 0, 0)
+        signal.signal(signal.SIGPROF, previous)
+    return samples
 
 
 def format_report(result: dict[str, Any]) -> str:
@@ -217,6 +296,21 @@ def format_report(result: dict[str, Any]) -> str:
         f" under the profiler {result['us_per_request_cpu']:.1f} us CPU"
         f" ({result['us_per_request_profiled']:.1f} us by its clock)",
         "",
+    ]
+    if result["stages_us_per_request_sampled"]:
+        lines += [
+            f"  stage (share of {result['cpu_samples']:,} CPU samples x the sampled run's"
+            f" {result['us_per_request_cpu_sampled']:.1f} us/request)",
+        ]
+        for stage, us in sorted(
+            result["stages_us_per_request_sampled"].items(), key=lambda kv: -kv[1]
+        ):
+            lines.append(f"  {stage:<64} {us:>9.2f}")
+        lines += ["", "  lines by CPU samples (C calls count on their caller's line)      share"]
+        for row in result["top_sampled_lines"]:
+            lines.append(f"  {row['line'][:64]:<64} {100 * row['share']:>8.1f}%")
+        lines.append("")
+    lines += [
         "  stage (cumulative, under the profiler; stages may overlap)       us/request",
     ]
     for stage, us in sorted(result["stages_us_per_request"].items(), key=lambda kv: -kv[1]):
