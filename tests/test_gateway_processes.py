@@ -57,7 +57,9 @@ def _free_ports(count: int) -> int:
 
 
 class Cluster:
-    def __init__(self, tmp: Path, processes: int, warehouse: Path | None) -> None:
+    def __init__(
+        self, tmp: Path, processes: int, warehouse: Path | None, extra: list[str] | None = None
+    ) -> None:
         self.base = _free_ports(processes)
         self.log = tmp / "cluster.log"
         cmd = [sys.executable, "-m", "coordinator", "gateway", "--embedded"]
@@ -66,6 +68,7 @@ class Cluster:
         cmd += ["--set", "group.initial.rebalance.delay.ms=0"]
         if warehouse is not None:
             cmd += ["--log-warehouse", str(warehouse)]
+        cmd += extra or []
         env = {**os.environ, "PYTHONPATH": str(REPO)}
         with self.log.open("wb") as out:
             self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
@@ -138,66 +141,151 @@ def _until_answered(call_: Any, seconds: float) -> Any:
             time.sleep(0.5)
 
 
+def _committed(port: int, group: str) -> dict[Any, Any]:
+    """The group's committed offsets of topic t, read from the gateway on ``port``."""
+    fetched = call(
+        port,
+        codec.OFFSET_FETCH,
+        5,
+        {"group_id": group, "topics": [{"name": "t", "partition_indexes": list(range(6))}]},
+    )
+    return {
+        ("t", p["partition_index"]): p["committed_offset"]
+        for p in fetched["topics"][0]["partitions"]
+    }
+
+
+def _coordinator_of(cluster: Cluster, group: str) -> int | None:
+    try:
+        found = call(cluster.port(0), codec.FIND_COORDINATOR, 1, {"key": group})
+    except OSError:
+        return None
+    return int(found["node_id"]) if found["error_code"] == 0 else None
+
+
+def _carry_on(members: list[Any], expected: dict[Any, int], then: dict[Any, int]) -> None:
+    """The members cover the topic again, read ``expected`` back and commit ``then``."""
+    sc.wait_for(lambda: sc.disjoint_cover(list(members)), sc.SETTLE_S, lambda: sc.shares(members))
+    read: dict[Any, Any] = {}
+    for m in members:
+        read.update(_until_answered(lambda m=m: m.committed(m.assigned()), sc.SETTLE_S))
+    assert read == expected, read
+    for m in members:
+        mine = {tp: then[tp] for tp in m.assigned()}
+        _until_answered(lambda m=m, mine=mine: m.commit(mine), sc.SETTLE_S)
+
+
+def _reread(warehouse: Path, group: str) -> dict[Any, Any]:
+    """The group's commits as a single gateway on the same warehouse reads them back."""
+    from tests.gateway_support import Running
+
+    again = Running(warehouse=str(warehouse))
+    try:
+        return _committed(again.port, group)
+    finally:
+        again.stop()
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("client", ["confluent-kafka", "kafka-python"])
-def test_a_killed_node_s_groups_carry_on_elsewhere_with_their_commits(
+def test_a_killed_node_s_groups_carry_on_elsewhere_and_come_back_when_it_restarts(
     tmp_path: Path, client: str
 ) -> None:
+    """kill -9 of a node: its groups move to the survivor (loaded from the log), the
+    supervisor restarts the node, and the survivor hands its partitions back in a fenced
+    handover; real clients carry on throughout with their commits intact."""
     cls = sc.CLIENTS[client]
     cluster = Cluster(tmp_path, 2, tmp_path / "wh")
     victim, survivor = 1, 0
     group = _group_on(victim, 2, client)
     everything = [("t", p) for p in range(sc.PARTITIONS)]
     members = [cls(cluster.port(survivor), group, f"{client}-{i}") for i in range(2)]
+    before = {tp: 100 + tp[1] for tp in everything}
+    during = {tp: 200 + tp[1] for tp in everything}
+    after = {tp: 300 + tp[1] for tp in everything}
     try:
         sc.wait_for(
             lambda: sc.disjoint_cover(list(members)), sc.SETTLE_S, lambda: sc.shares(members)
         )
-        before = {tp: 100 + tp[1] for tp in everything}
         for m in members:
             m.commit({tp: before[tp] for tp in m.assigned()})
-        os.kill(cluster.pids()[victim], signal.SIGKILL)
+        old_pid = cluster.pids()[victim]
+        os.kill(old_pid, signal.SIGKILL)
         assert until(lambda: f"node {victim} exited" in cluster.text(), 60), cluster.text()
-        # The clients find the group's new coordinator (the survivor, which loaded the
-        # partition from the log) and carry on: the commits made before the kill are there,
-        # and new ones are accepted.
-        sc.wait_for(
-            lambda: sc.disjoint_cover(list(members)), sc.SETTLE_S, lambda: sc.shares(members)
-        )
-        read: dict[Any, Any] = {}
-        for m in members:
-            read.update(_until_answered(lambda m=m: m.committed(m.assigned()), sc.SETTLE_S))
-        assert read == before, read
-        after = {tp: 200 + tp[1] for tp in everything}
-        for m in members:
-            mine = {tp: after[tp] for tp in m.assigned()}
-            _until_answered(lambda m=m, mine=mine: m.commit(mine), sc.SETTLE_S)
-        found = call(cluster.port(survivor), codec.FIND_COORDINATOR, 1, {"key": group})
-        assert (found["error_code"], found["node_id"]) == (0, survivor)
+        _carry_on(members, before, during)
+        # Restarted (with backoff), it takes its partitions back once the survivor let go.
+        assert until(lambda: f"node {victim} restarting" in cluster.text(), 60), cluster.text()
+        assert until(lambda: _coordinator_of(cluster, group) == victim, 120), cluster.text()
+        assert until(lambda: "handover done" in cluster.text(), 120), cluster.text()
+        _carry_on(members, during, after)
+        assert _until_answered(lambda: _committed(cluster.port(victim), group), 60) == after
         metadata = call(cluster.port(survivor), codec.METADATA, 4, REQUESTS[codec.METADATA])
-        assert [b["node_id"] for b in metadata["brokers"]] == [survivor]
+        assert [b["node_id"] for b in metadata["brokers"]] == [survivor, victim]
     finally:
         for m in members:
             m.close()
         cluster.stop()
-    # The log holds both: a single gateway on the same warehouse reads the last commits back.
-    from tests.gateway_support import Running
+    assert _reread(tmp_path / "wh", group) == after
 
-    again = Running(warehouse=str(tmp_path / "wh"))
+
+@pytest.mark.slow
+def test_a_hung_node_is_fenced_its_groups_move_and_it_writes_nothing_when_it_wakes(
+    tmp_path: Path,
+) -> None:
+    """SIGSTOP on a node: its lease lapses, the supervisor fences it in the log and moves its
+    partitions; clients carry on through the other node. A commit sent to the stopped node is
+    never acknowledged nor written once it wakes (SIGCONT): it is fenced, exits, and its
+    restart takes the partitions back."""
+    from coordinator.stream.rebuild import read_log
+    from coordinator.stream.schema import Warehouse
+
+    client = "confluent-kafka"
+    cluster = Cluster(tmp_path, 2, tmp_path / "wh", ["--node-lease-timeout-ms", "3000"])
+    victim, survivor = 1, 0
+    group = _group_on(victim, 2, "hung")
+    everything = [("t", p) for p in range(sc.PARTITIONS)]
+    members = [sc.CLIENTS[client](cluster.port(survivor), group, f"hung-{i}") for i in range(2)]
+    before = {tp: 100 + tp[1] for tp in everything}
+    during = {tp: 200 + tp[1] for tp in everything}
+    after = {tp: 300 + tp[1] for tp in everything}
+    stale: list[Any] = []
+    pid = cluster.pids()[victim]
     try:
-        fetched = call(
-            again.port,
-            codec.OFFSET_FETCH,
-            5,
-            {"group_id": group, "topics": [{"name": "t", "partition_indexes": list(range(6))}]},
+        sc.wait_for(
+            lambda: sc.disjoint_cover(list(members)), sc.SETTLE_S, lambda: sc.shares(members)
         )
-        committed = {
-            ("t", p["partition_index"]): p["committed_offset"]
-            for p in fetched["topics"][0]["partitions"]
-        }
-        assert committed == after, committed
+        for m in members:
+            m.commit({tp: before[tp] for tp in m.assigned()})
+        os.kill(pid, signal.SIGSTOP)
+        # A commit the hung node receives (the kernel queues it): answered later, if ever.
+        import threading
+
+        def commit_to_the_hung_node() -> None:
+            try:
+                stale.append(_commit(cluster.port(victim), group, 999_999))
+            except Exception as error:  # closed or timed out: not acknowledged
+                stale.append(error)
+
+        sender = threading.Thread(target=commit_to_the_hung_node)
+        sender.start()
+        assert until(lambda: f"node {victim} fenced" in cluster.text(), 60), cluster.text()
+        _carry_on(members, before, during)
+        os.kill(pid, signal.SIGCONT)
+        sender.join(60)
+        assert stale and stale[0] != 0, stale  # never acknowledged
+        assert until(lambda: not _alive(pid), 60), cluster.text()
+        assert until(lambda: f"node {victim} restarting" in cluster.text(), 60), cluster.text()
+        assert until(lambda: "handover done" in cluster.text(), 120), cluster.text()
+        _carry_on(members, during, after)
     finally:
-        again.stop()
+        if _alive(pid):
+            os.kill(pid, signal.SIGCONT)
+        for m in members:
+            m.close()
+        cluster.stop()
+    rows = read_log(Warehouse.at(tmp_path / "wh").tables).to_pylist()
+    assert 999_999 not in [r["committed_offset"] for r in rows if r["group_id"] == group]
+    assert _reread(tmp_path / "wh", group) == after
 
 
 def _commit(port: int, group: str, offset: int) -> int:
@@ -292,8 +380,9 @@ def test_a_node_learns_its_part_from_the_environment_and_follows_its_supervisor(
     gone = threading.Event()
 
     class Backend:
-        async def assign(self, owners: dict[int, Any]) -> None:
+        async def assign(self, owners: dict[int, Any], hold: list[int]) -> list[int]:
             assigned.append(owners)
+            return []
 
     loop = asyncio.new_event_loop()
     try:

@@ -22,6 +22,7 @@ GATEWAY_SETTINGS = frozenset(
     {
         "topics",
         "owner.lease.timeout.ms",
+        "node.lease.timeout.ms",
         "metrics",
         "upstream.bootstrap.servers",
         "upstream.request.timeout.ms",
@@ -137,6 +138,15 @@ def add_parser(subparsers: Any) -> None:
         "move to the others, which load them from --log-warehouse (default 1)",
     )
     p.add_argument(
+        "--node-lease-timeout-ms",
+        type=int,
+        default=None,
+        metavar="MS",
+        help="--processes: a node that has not heartbeated to the supervisor for this long is "
+        "fenced (its log writes refused), stopped and restarted, its partitions moved "
+        f"(node.lease.timeout.ms; default {cluster.DEFAULT_NODE_LEASE_TIMEOUT_MS})",
+    )
+    p.add_argument(
         "--event-loop",
         choices=loops.CHOICES,
         default="auto",
@@ -214,6 +224,9 @@ def run(args: argparse.Namespace) -> int:
             args.owner_lease_timeout_ms
             or int(properties.get("owner.lease.timeout.ms", DEFAULT_LEASE_TIMEOUT_MS)),
             sys.argv[1:],
+            args.node_lease_timeout_ms
+            or int(properties.get("node.lease.timeout.ms", cluster.DEFAULT_NODE_LEASE_TIMEOUT_MS)),
+            args.shutdown_timeout,
         )
     backend: Backend
     if args.warehouse:
@@ -269,12 +282,17 @@ def run(args: argparse.Namespace) -> int:
         servers = ",".join(f"{h}:{p}" for h, p in upstream.bootstrap)
         where += f", data to the upstream {servers}"
 
+    node_tasks: list[asyncio.Task[None]] = []  # referenced while the gateway runs
+
     def announce() -> None:
         # Only once the back end serves: before that, group APIs get LOAD_IN_PROGRESS.
         if exporter is not None:
             exporter.readiness.set_ready()
         if role is not None:
-            role.follow(backend, asyncio.get_running_loop(), set_brokers=gateway.set_brokers)
+            loop = asyncio.get_running_loop()
+            role.follow(backend, loop, set_brokers=gateway.set_brokers)
+            node_tasks.append(loop.create_task(role.heartbeat(), name="gateway-node-lease"))
+            role.report({"ready": True})
         shown = "the upstream's" if upstream is not None else topics
         print(
             f"coordinator gateway listening on {host}:{gateway.port} ({where}), topics {shown}, "
@@ -302,12 +320,16 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _node_options(role: cluster.NodeRole) -> dict[str, Any]:
+    from coordinator.stream.ownership import PartitionWriter
+
     return {
         "owned_partitions": role.owned,
         "partition_owners": role.coordinator_nodes(role.owners),
-        "app_id": f"coordinator-gateway-node-{role.node_id}",
+        "app_id": cluster.node_app_id(role.node_id),
         "owner_epoch": role.owner_epoch,
         "write_summaries": False,
+        "writer": PartitionWriter(role.node_id, role.incarnation),
+        "publish_summaries": lambda groups: role.report({"groups": groups}),
     }
 
 

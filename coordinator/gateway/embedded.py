@@ -49,8 +49,14 @@ from coordinator.config import CoordinatorConfig
 from coordinator.engine import CoordinatorNode, GroupCoordinator
 from coordinator.errors import Error
 from coordinator.gateway.backend import cannot_serve
+from coordinator.log.partitioning import partition_for
 from coordinator.stream.client import wall_clock_ms
-from coordinator.stream.ownership import DEFAULT_LEASE_TIMEOUT_MS, Ownership, OwnershipLost
+from coordinator.stream.ownership import (
+    DEFAULT_LEASE_TIMEOUT_MS,
+    Ownership,
+    OwnershipLost,
+    PartitionWriter,
+)
 
 if TYPE_CHECKING:
     from coordinator.metrics.groups import GroupMetrics
@@ -81,13 +87,17 @@ class EmbeddedBackend:
         app_id: str = APP_ID,
         owner_epoch: int | None = None,
         write_summaries: bool = True,
+        writer: PartitionWriter | None = None,
+        publish_summaries: Callable[[list[dict[str, Any]]], None] | None = None,
     ) -> None:
         """``owned_partitions`` (default all), ``partition_owners``, ``app_id``,
-        ``owner_epoch`` and ``write_summaries`` are for one node of several
-        (:mod:`coordinator.gateway.cluster`): the offsets partitions it starts owning, the
-        nodes owning the others (for FindCoordinator), its own Delta app id, the epoch of the
-        supervisor's claim on the warehouse it writes under (instead of claiming the warehouse
-        itself), and whether it writes ``group_state``/``group_history``."""
+        ``owner_epoch``, ``write_summaries``, ``writer`` and ``publish_summaries`` are for one
+        node of several (:mod:`coordinator.gateway.cluster`): the offsets partitions it starts
+        owning, the nodes owning the others (for FindCoordinator), its own Delta app id, the
+        epoch of the supervisor's claim on the warehouse it writes under (instead of claiming
+        the warehouse itself), whether it writes ``group_state``/``group_history`` itself, the
+        fence of its log writes (the log must name it each partition's writer), and where the
+        summaries of its groups go instead (called once their records are in the log)."""
         self.config = config or CoordinatorConfig()
         self.warehouse = None if warehouse is None else Path(warehouse)
         self.flush_interval_ms = flush_interval_ms
@@ -100,6 +110,13 @@ class EmbeddedBackend:
         self.app_id = app_id
         self.owner_epoch = owner_epoch
         self.write_summaries = write_summaries
+        self.writer = writer
+        self.publish_summaries = publish_summaries
+        #: A write under way (a partition given up waits for it: see ``assign``).
+        self._writing = False
+        self._written = asyncio.Event()
+        #: Partitions assigned here whose previous owner may still be writing them.
+        self._held: set[int] = set()
         #: The log gained partitions another writer wrote: the sink rereads its end offsets.
         self._reopen_sink = False
         self._waiting: dict[str, tuple[dict[str, Any], asyncio.Future[dict[str, Any]]]] = {}
@@ -221,14 +238,21 @@ class EmbeddedBackend:
         tables = Warehouse.at(self.warehouse).tables
         tables.mkdir(parents=True, exist_ok=True)
         rows: list[dict[str, Any]] = read_log(tables).to_pylist()
-        self._sink = DeltaSink(tables, self.app_id, ownership=self.owner)
+        self._sink = DeltaSink(tables, self.app_id, ownership=self.owner, writer=self.writer)
         state = tables / GROUP_STATE
         if DeltaTable.is_deltatable(str(state)):
             ids = read_table(state, columns=["group_id"]).column(0)
-            self._summaries = dict.fromkeys(ids.to_pylist(), _UNKNOWN)
+            self._summaries = dict.fromkeys(self._mine(ids.to_pylist()), _UNKNOWN)
         last = self._sink.last_batch()
         self._batch_id = 0 if last is None else last + 1
         return rows
+
+    def _mine(self, group_ids: Iterable[str]) -> list[str]:
+        """The groups of the offsets partitions this back end owns."""
+        num = self.config.offsets_topic_num_partitions
+        if len(self._owned) == num:
+            return list(group_ids)
+        return [g for g in group_ids if partition_for(g, num) in self._owned]
 
     async def stop(self) -> None:
         """Stop the timers, then let the writer finish (a write in flight is never cancelled:
@@ -269,13 +293,20 @@ class EmbeddedBackend:
         self._emit(self.engine.update_topics(self.topics, wall_clock_ms()))
         self._wake.set()
 
-    async def assign(self, owners: dict[int, CoordinatorNode]) -> None:
+    async def assign(
+        self, owners: dict[int, CoordinatorNode], hold: Iterable[int] = ()
+    ) -> list[int]:
         """Partition -> owning node, for every partition: give up the partitions now owned
-        elsewhere (their groups unload, parked requests get NOT_COORDINATOR) and load the ones
-        gained from the log (Kafka's handleGroupImmigration; LOAD_IN_PROGRESS meanwhile)."""
+        elsewhere (their groups unload, parked requests get NOT_COORDINATOR, and the records
+        already emitted for them are written before this returns) and load the ones gained
+        from the log (Kafka's handleGroupImmigration; LOAD_IN_PROGRESS meanwhile). A gained
+        partition in ``hold`` is only marked loading: its previous owner may still be writing
+        it, and a later call without it in ``hold`` loads it. Returns the partitions given up."""
         assert self._node is not None
         me = self._node.node_id
-        gained = sorted(p for p, n in owners.items() if n.node_id == me and p not in self._owned)
+        held = set(hold)
+        mine = {p for p, n in owners.items() if n.node_id == me}
+        gained = sorted(p for p in mine if p not in self._owned or p in self._held)
         lost = sorted(p for p, n in owners.items() if n.node_id != me and p in self._owned)
         self._owners = {p: n for p, n in owners.items() if n.node_id != me}
         self._owned = (self._owned - set(lost)) | set(gained)
@@ -283,32 +314,60 @@ class EmbeddedBackend:
             self.engine.set_partition_owner(partition, None if owner.node_id == me else owner)
         for partition in lost:
             self._emit(self.engine.unload_partition(partition, wall_clock_ms()))
-        if not gained:
-            return
-        log.info("node %d loads offsets partitions %s", me, gained)
+        self._held = {p for p in gained if p in held}
+        lost_set = set(lost)
+        num = self.config.offsets_topic_num_partitions
+        for group_id in [g for g in self._summaries if partition_for(g, num) in lost_set]:
+            del self._summaries[group_id]  # the new owner summarises them now
+        if lost:
+            await self._drain()
+        to_load = [p for p in gained if p not in held]
         for partition in gained:
             self.engine.begin_loading(partition)
+        if not to_load:
+            return lost
+        log.info("node %d loads offsets partitions %s", me, to_load)
         engine = self.engine
-        records = await asyncio.to_thread(self._read_partitions, set(gained))
+        records, stored = await asyncio.to_thread(self._read_partitions, set(to_load))
         if engine is not self.engine:  # reloaded meanwhile, with the new partitions in it
-            return
-        for partition in gained:
+            return lost
+        for partition in to_load:
             self.engine.load_partition(partition, records, wall_clock_ms())
-        self._dirty |= set(self.engine.group_ids())
+        loaded = set(to_load)
+        for group_id in stored:
+            if partition_for(group_id, num) in loaded:
+                self._summaries.setdefault(group_id, _UNKNOWN)
+        self._dirty |= set(self.engine.group_ids()) | set(self._summaries)
         self._emit([])
         self._wake.set()
+        return lost
 
-    def _read_partitions(self, partitions: set[int]) -> list[dict[str, Any]]:
+    async def _drain(self) -> None:
+        """Until every record emitted so far is written (or could not be)."""
+        while self._pending_records or self._writing:
+            self._written.clear()
+            self._flush.set()
+            await self._written.wait()
+
+    def _read_partitions(self, partitions: set[int]) -> tuple[list[dict[str, Any]], list[str]]:
         """The log's records of ``partitions``, read afresh (their previous writer is gone),
-        and the sink told to reread the log's end before its next write."""
+        and the sink told to reread the log's end before its next write; and the group ids
+        ``group_state`` holds (those of the partitions are summarised again)."""
         if self.warehouse is None:
-            return []
-        from coordinator.stream.rebuild import read_log
-        from coordinator.stream.schema import Warehouse
+            return [], []
+        from deltalake import DeltaTable
 
-        rows = read_log(Warehouse.at(self.warehouse).tables)
+        from coordinator.stream.delta_read import read_table
+        from coordinator.stream.rebuild import read_log
+        from coordinator.stream.schema import GROUP_STATE, Warehouse
+
+        tables = Warehouse.at(self.warehouse).tables
+        rows = read_log(tables)
         self._reopen_sink = True
-        return [r for r in rows.to_pylist() if r["offsets_partition"] in partitions]
+        stored: list[str] = []
+        if DeltaTable.is_deltatable(str(tables / GROUP_STATE)):
+            stored = read_table(tables / GROUP_STATE, columns=["group_id"]).column(0).to_pylist()
+        return [r for r in rows.to_pylist() if r["offsets_partition"] in partitions], stored
 
     def _emit(self, answers: list[dict[str, Any]]) -> None:
         records = self.engine.drain_records()
@@ -364,10 +423,10 @@ class EmbeddedBackend:
         from coordinator.stream.operator import group_summary
 
         dirty, self._dirty = self._dirty, set()
-        if not self.write_summaries:
+        if not self.write_summaries and self.publish_summaries is None:
             return []
         changed = []
-        for group_id in sorted(dirty):
+        for group_id in self._mine(sorted(dirty)):
             group = self.engine.group(group_id)
             if group is None and group_id not in self._summaries:
                 continue
@@ -379,14 +438,23 @@ class EmbeddedBackend:
         return changed
 
     async def _write_pending(self) -> None:
+        try:
+            await self._write_pending_records()
+        finally:
+            self._written.set()  # whoever drains looks again
+
+    async def _write_pending_records(self) -> None:
         records, self._pending_records = self._pending_records, []
         answers, self._pending_answers = self._pending_answers, []
         groups = self._changed_summaries() if self._sink is not None else []
         if self.lost is not None:
             return
-        if records or groups:
+        published = groups if self.publish_summaries is not None else []
+        written = [] if published else groups
+        if records or written:
+            self._writing = True
             try:
-                await asyncio.to_thread(self._write, records, groups)
+                await asyncio.to_thread(self._write, records, written)
             except OwnershipLost as lost:  # fenced: nothing was written
                 self._lose(lost)
                 return
@@ -394,7 +462,12 @@ class EmbeddedBackend:
                 log.exception("writing %d log records failed; reloading from the log", len(records))
                 await self._reload(f"the log write failed: {exc}")
                 return
+            finally:
+                self._writing = False
             self._last_write = time.monotonic()
+        if published and self.publish_summaries is not None:
+            self.publish_summaries(published)
+        if records or groups:
             for summary in groups:
                 if summary["state"] == "Dead":
                     self._summaries.pop(summary["group_id"], None)

@@ -533,3 +533,103 @@ def _highest_table_epoch(tables: list[Path]) -> int:
         if DeltaTable.is_deltatable(str(path)):
             highest = max(highest, table_epoch(DeltaTable(str(path))))
     return highest
+
+
+# --- one writer per offsets partition (the nodes of a gateway cluster) --------------------------
+
+#: Table property of ``consumer_offsets``: the node that may write each offsets partition, as
+#: ``node,node,...`` by partition (``-``: none), set by the supervisor of a gateway cluster.
+PARTITION_WRITERS_PROPERTY = "coordinator.partition.writers"
+#: Table property of ``consumer_offsets``: the current incarnation of each node, ``i,i,...`` by
+#: node id; a node started again (or fenced) gets the next one, so the old process is refused.
+NODE_INCARNATIONS_PROPERTY = "coordinator.node.incarnations"
+
+
+class WriterFenced(OwnershipLost):
+    """A node of a gateway cluster may no longer write an offsets partition it tried to."""
+
+
+def writers_properties(
+    writers: dict[int, int | None], incarnations: dict[int, int]
+) -> dict[str, str]:
+    """The two table properties naming each partition's writer and each node's incarnation."""
+    return {
+        PARTITION_WRITERS_PROPERTY: ",".join(
+            "-" if writers[p] is None else str(writers[p]) for p in sorted(writers)
+        ),
+        NODE_INCARNATIONS_PROPERTY: ",".join(
+            str(incarnations[n]) for n in range(max(incarnations, default=-1) + 1)
+        ),
+    }
+
+
+def parse_writers(configuration: dict[str, str]) -> tuple[list[int | None], list[int]] | None:
+    """(writer by partition, incarnation by node) from a table's properties (None: unset)."""
+    writers = configuration.get(PARTITION_WRITERS_PROPERTY)
+    incarnations = configuration.get(NODE_INCARNATIONS_PROPERTY)
+    if writers is None or incarnations is None:
+        return None
+    return (
+        [None if w == "-" else int(w) for w in writers.split(",")],
+        [int(i) for i in incarnations.split(",") if i],
+    )
+
+
+@dataclass(frozen=True)
+class PartitionWriter:
+    """Node ``node_id`` (in ``incarnation``) of a gateway cluster, writing under its
+    supervisor's claim: before each commit of records, the table's snapshot must name it
+    (in this incarnation) the writer of every partition the records are in. The supervisor
+    changes the writers with a metadata commit, so a commit read before the change fails
+    (``Metadata changed since last commit``) and, read again, is refused here: a paused node
+    that wakes after its partitions moved writes nothing."""
+
+    node_id: int
+    incarnation: int
+
+    def check(self, table: Any, partitions: Iterable[int]) -> None:
+        parsed = parse_writers(table.metadata().configuration)
+        if parsed is None:
+            raise WriterFenced(
+                f"node {self.node_id}: the log names no partition writers; not writing"
+            )
+        writers, incarnations = parsed
+        current = incarnations[self.node_id] if self.node_id < len(incarnations) else None
+        if current != self.incarnation:
+            raise WriterFenced(
+                f"node {self.node_id} (incarnation {self.incarnation}) was fenced: the log's "
+                f"writers are of incarnation {current}; this process has stopped writing"
+            )
+        foreign = sorted(
+            p for p in set(partitions) if p >= len(writers) or writers[p] != self.node_id
+        )
+        if foreign:
+            raise WriterFenced(
+                f"node {self.node_id} no longer writes offsets partitions {foreign}; "
+                "this process has stopped writing them"
+            )
+
+    def check_node(self, table: Any) -> None:
+        """Only the incarnation (a commit with no records, e.g. a batch marker)."""
+        self.check(table, ())
+
+
+def set_writers(ownership: Ownership, table: Any, properties: dict[str, str]) -> None:
+    """Commit the partition writers to ``table`` (``consumer_offsets``), fenced by the
+    warehouse claim: from this version on, only the named nodes' commits go through."""
+    from deltalake import CommitProperties
+    from deltalake.exceptions import CommitFailedError
+
+    while True:
+        ownership.fence_table(table)
+        try:
+            table.alter.set_table_properties(
+                properties,
+                raise_if_not_exists=False,
+                commit_properties=CommitProperties(
+                    custom_metadata=epoch_commit_metadata(ownership.epoch)
+                ),
+            )
+            return
+        except CommitFailedError:
+            table.update_incremental()

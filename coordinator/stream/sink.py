@@ -65,13 +65,14 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, Field, Transaction, write_deltalake
+from deltalake.exceptions import CommitFailedError
 
 from coordinator.engine import list_groups_response
 from coordinator.requests import Request
@@ -87,7 +88,12 @@ from coordinator.stream.datafiles import (
     write_files,
 )
 from coordinator.stream.delta_read import read_table
-from coordinator.stream.ownership import EPOCH_PROPERTY, Ownership, OwnershipLost
+from coordinator.stream.ownership import (
+    EPOCH_PROPERTY,
+    Ownership,
+    OwnershipLost,
+    PartitionWriter,
+)
 from coordinator.stream.retention import DEFAULT_RETENTION, Retainer, Retention
 from coordinator.stream.schema import (
     CONSUMER_OFFSETS,
@@ -105,6 +111,8 @@ DEAD = "Dead"
 DEFAULT_DELETED_FILE_RETENTION_HOURS = 168.0
 
 _MERGE_PREDICATE = "t.group_id = s.group_id"
+#: A node's commit that lost to a move of partition writers is made again at most this often.
+WRITER_RETRIES = 5
 
 
 class BatchOrderError(RuntimeError):
@@ -194,6 +202,7 @@ class DeltaSink:
         app_id: str,
         housekeeping: Housekeeping = DEFAULT_HOUSEKEEPING,
         ownership: Ownership | None = None,
+        writer: PartitionWriter | None = None,
     ) -> None:
         self.tables_dir = Path(tables_dir)
         self.app_id = app_id
@@ -201,6 +210,9 @@ class DeltaSink:
         #: The warehouse's owner epoch this sink writes under (None: unfenced, for tools
         #: and tests that write a warehouse of their own).
         self.ownership = ownership
+        #: One node of a gateway cluster: it writes only the offsets partitions the log names
+        #: it the writer of (:class:`PartitionWriter`); None: every partition.
+        self.writer = writer
         self._tables: dict[str, DeltaTable] = {}
         self._log_end: dict[int, int] = {}
         self._tables_stale = True
@@ -326,7 +338,8 @@ class DeltaSink:
             report.records_written = files.rows_in(CONSUMER_OFFSETS)
             return
         data, ends = log_table(records, self._log_end, batch_id, written_at_ms)
-        self._append(CONSUMER_OFFSETS, data, batch_id, report)
+        partitions = {r["offsets_partition"] for r in records}
+        self._append(CONSUMER_OFFSETS, data, batch_id, report, partitions)
         # Only now: a failed or skipped commit must leave the numbering where the table is.
         self._log_end.update(ends)
         report.records_written = len(records)
@@ -469,15 +482,34 @@ class DeltaSink:
             return True
         return False
 
-    def _append(self, name: str, data: pa.Table, batch_id: int, report: BatchReport) -> None:
+    def _append(
+        self,
+        name: str,
+        data: pa.Table,
+        batch_id: int,
+        report: BatchReport,
+        partitions: set[int] | None = None,
+    ) -> None:
         started = time.perf_counter()
-        self._fence(name)
-        write_deltalake(
-            self._tables[name],
-            data,
-            mode="append",
-            commit_properties=self._commit_properties(batch_id),
-        )
+        for attempt in range(WRITER_RETRIES + 1):
+            self._fence(name, partitions or set())
+            try:
+                write_deltalake(
+                    self._tables[name],
+                    data,
+                    mode="append",
+                    commit_properties=self._commit_properties(batch_id),
+                )
+                break
+            except CommitFailedError as error:
+                # A node's commit read before the supervisor moved some partitions' writers (a
+                # metadata commit): read the table again and check that this node still
+                # writes these partitions; the commit did not happen, so it is made again.
+                if self.writer is None or attempt == WRITER_RETRIES:
+                    raise
+                if "Metadata changed" not in str(error):
+                    raise
+                self._tables[name].update_incremental()
         self._committed(name, batch_id, report, started)
 
     def _commit_files(
@@ -505,10 +537,13 @@ class DeltaSink:
         if self.after_commit is not None:
             self.after_commit(name, batch_id)
 
-    def _fence(self, name: str) -> None:
-        """Check (in memory) that the snapshot the next commit reads carries our epoch."""
+    def _fence(self, name: str, partitions: Iterable[int] = ()) -> None:
+        """Check (in memory) that the snapshot the next commit reads carries our epoch, and,
+        for a node of a gateway cluster, names it the writer of ``partitions``."""
         if self.ownership is not None:
             self.ownership.fence_table(self._tables[name])
+        if self.writer is not None:
+            self.writer.check(self._tables[CONSUMER_OFFSETS], partitions)
 
     def _commit_properties(self, batch_id: int) -> CommitProperties:
         return CommitProperties(
