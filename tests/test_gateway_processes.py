@@ -164,11 +164,20 @@ def _coordinator_of(cluster: Cluster, group: str) -> int | None:
 
 
 def _carry_on(members: list[Any], expected: dict[Any, int], then: dict[Any, int]) -> None:
-    """The members cover the topic again, read ``expected`` back and commit ``then``."""
-    sc.wait_for(lambda: sc.disjoint_cover(list(members)), sc.SETTLE_S, lambda: sc.shares(members))
+    """The members cover the topic again (a rebalance may still be under way when they first
+    do: read until one assignment answers for every partition), read ``expected`` back and
+    commit ``then``."""
     read: dict[Any, Any] = {}
-    for m in members:
-        read.update(_until_answered(lambda m=m: m.committed(m.assigned()), sc.SETTLE_S))
+
+    def covered() -> bool:
+        read.clear()
+        if not sc.disjoint_cover(list(members)):
+            return False
+        for m in members:
+            read.update(_until_answered(lambda m=m: m.committed(m.assigned()), sc.SETTLE_S))
+        return set(read) == set(expected)
+
+    sc.wait_for(covered, sc.SETTLE_S, lambda: (sc.shares(members), read))
     assert read == expected, read
     for m in members:
         mine = {tp: then[tp] for tp in m.assigned()}
@@ -236,7 +245,6 @@ def test_a_hung_node_is_fenced_its_groups_move_and_it_writes_nothing_when_it_wak
     partitions; clients carry on through the other node. A commit sent to the stopped node is
     never acknowledged nor written once it wakes (SIGCONT): it is fenced, exits, and its
     restart takes the partitions back."""
-    from coordinator.stream.rebuild import read_log
     from coordinator.stream.schema import Warehouse
 
     client = "confluent-kafka"
@@ -269,11 +277,13 @@ def test_a_hung_node_is_fenced_its_groups_move_and_it_writes_nothing_when_it_wak
         sender = threading.Thread(target=commit_to_the_hung_node)
         sender.start()
         assert until(lambda: f"node {victim} fenced" in cluster.text(), 60), cluster.text()
-        _carry_on(members, before, during)
-        os.kill(pid, signal.SIGCONT)
+        loads = f"node {survivor} loads offsets partitions"
+        assert until(lambda: loads in cluster.text(), 60), cluster.text()
+        os.kill(pid, signal.SIGCONT)  # within the supervisor's grace before SIGKILL
         sender.join(60)
         assert stale and stale[0] != 0, stale  # never acknowledged
         assert until(lambda: not _alive(pid), 60), cluster.text()
+        _carry_on(members, before, during)
         assert until(lambda: f"node {victim} restarting" in cluster.text(), 60), cluster.text()
         assert until(lambda: "handover done" in cluster.text(), 120), cluster.text()
         _carry_on(members, during, after)
@@ -283,7 +293,10 @@ def test_a_hung_node_is_fenced_its_groups_move_and_it_writes_nothing_when_it_wak
         for m in members:
             m.close()
         cluster.stop()
-    rows = read_log(Warehouse.at(tmp_path / "wh").tables).to_pylist()
+    from coordinator.stream.delta_read import read_table
+
+    log_table = Warehouse.at(tmp_path / "wh").tables / "consumer_offsets"
+    rows = read_table(log_table, columns=["group_id", "committed_offset"]).to_pylist()
     assert 999_999 not in [r["committed_offset"] for r in rows if r["group_id"] == group]
     assert _reread(tmp_path / "wh", group) == after
 
@@ -463,3 +476,70 @@ def test_a_node_loads_the_partitions_it_gains_from_the_log_another_node_wrote(
     partition = partition_for(group, 50)
     offsets = [r["offset"] for r in rows if r["offsets_partition"] == partition]
     assert offsets == [0, 1], offsets  # the second writer numbered after the first
+
+
+def test_a_node_s_log_writes_are_refused_once_its_partitions_or_its_incarnation_moved(
+    tmp_path: Path,
+) -> None:
+    """The fence under a node's writes: the supervisor's metadata commit naming other writers
+    makes a node's commit read before it fail, and the node, reading again, refuses to write a
+    partition it no longer owns (or anything, once its incarnation is not the log's); its
+    other partitions' records still go through."""
+    from deltalake import DeltaTable
+
+    from coordinator.log.records import BLANK_RECORD
+    from coordinator.stream.ownership import (
+        PartitionWriter,
+        WriterFenced,
+        acquire,
+        set_writers,
+        writers_properties,
+    )
+    from coordinator.stream.delta_read import read_table
+    from coordinator.stream.schema import CONSUMER_OFFSETS, TABLES, Warehouse
+    from coordinator.stream.sink import DeltaSink
+
+    paths = Warehouse.at(tmp_path / "wh")
+    owner = acquire(paths.root, "test", tables=[paths.table(n) for n in TABLES], heartbeat=False)
+    try:
+        paths.tables.mkdir(parents=True, exist_ok=True)
+        DeltaSink(paths.tables, "supervisor", ownership=owner)
+        log_table = DeltaTable(str(paths.tables / CONSUMER_OFFSETS))
+        set_writers(owner, log_table, writers_properties({0: 1, 1: 1, 2: 0}, {0: 0, 1: 0}))
+        node = DeltaSink(paths.tables, "node-1", ownership=owner, writer=PartitionWriter(1, 0))
+
+        def write(batch: int, partition: int) -> None:
+            record = {
+                **BLANK_RECORD,
+                "record_type": "offset_commit",
+                "group_id": "g",
+                "offsets_partition": partition,
+                "committed_offset": batch,
+            }
+            node.write_batch(
+                batch,
+                records=[record],
+                responses=[],
+                groups=[],
+                rejected=[],
+                list_groups=[],
+                emitted_at_ms=0,
+                written_at_ms=0,
+            )
+
+        write(0, 0)
+        # partition 0 moves to node 0 behind the node's back (its snapshot is older)
+        set_writers(owner, log_table, writers_properties({0: 0, 1: 1, 2: 0}, {0: 0, 1: 0}))
+        with pytest.raises(WriterFenced, match=r"partitions \[0\]"):
+            write(1, 0)
+        with pytest.raises(WriterFenced, match=r"partitions \[2\]"):
+            write(1, 2)
+        write(1, 1)  # still its own
+        set_writers(owner, log_table, writers_properties({0: 0, 1: 1, 2: 0}, {0: 0, 1: 1}))
+        with pytest.raises(WriterFenced, match="incarnation"):
+            write(2, 1)
+    finally:
+        owner.release()
+    columns = ["offsets_partition", "committed_offset"]
+    rows = read_table(paths.tables / CONSUMER_OFFSETS, columns=columns).to_pylist()
+    assert sorted((r["offsets_partition"], r["committed_offset"]) for r in rows) == [(0, 0), (1, 1)]

@@ -601,8 +601,8 @@ class Supervisor:
     def run(self, stopping: threading.Event) -> int:
         if self.ownership is not None and self.tables is not None:
             self._commit_writers()
-            self.groups = GroupTables(self.tables, self.ownership)
             _name_app_ids(self.ownership, self.tables, len(self.nodes))
+            self.groups = GroupTables(self.tables, self.ownership)
         for node in self.nodes.values():
             self.spawn(node)
         pids = ", ".join(str(n.proc.pid) for n in self.nodes.values() if n.proc is not None)
