@@ -58,13 +58,21 @@ def _free_ports(count: int) -> int:
 
 class Cluster:
     def __init__(
-        self, tmp: Path, processes: int, warehouse: Path | None, extra: list[str] | None = None
+        self,
+        tmp: Path,
+        processes: int,
+        warehouse: Path | None,
+        extra: list[str] | None = None,
+        conf: Path | None = None,
+        base: int | None = None,
     ) -> None:
-        self.base = _free_ports(processes)
+        self.base = base or _free_ports(processes)
         self.log = tmp / "cluster.log"
         cmd = [sys.executable, "-m", "coordinator", "gateway", "--embedded"]
-        cmd += ["--listen", f"127.0.0.1:{self.base}", "--gateway-conf", os.devnull]
-        cmd += ["--processes", str(processes), "--topic", "t:6", "--topic", "other:2"]
+        cmd += ["--listen", f"127.0.0.1:{self.base}", "--gateway-conf", str(conf or os.devnull)]
+        cmd += ["--processes", str(processes)]
+        if conf is None:
+            cmd += ["--topic", "t:6", "--topic", "other:2"]
         cmd += ["--set", "group.initial.rebalance.delay.ms=0"]
         if warehouse is not None:
             cmd += ["--log-warehouse", str(warehouse)]
@@ -488,6 +496,7 @@ def test_a_node_s_log_writes_are_refused_once_its_partitions_or_its_incarnation_
     from deltalake import DeltaTable
 
     from coordinator.log.records import BLANK_RECORD
+    from coordinator.stream.delta_read import read_table
     from coordinator.stream.ownership import (
         PartitionWriter,
         WriterFenced,
@@ -495,7 +504,6 @@ def test_a_node_s_log_writes_are_refused_once_its_partitions_or_its_incarnation_
         set_writers,
         writers_properties,
     )
-    from coordinator.stream.delta_read import read_table
     from coordinator.stream.schema import CONSUMER_OFFSETS, TABLES, Warehouse
     from coordinator.stream.sink import DeltaSink
 
@@ -543,3 +551,53 @@ def test_a_node_s_log_writes_are_refused_once_its_partitions_or_its_incarnation_
     columns = ["offsets_partition", "committed_offset"]
     rows = read_table(paths.tables / CONSUMER_OFFSETS, columns=columns).to_pylist()
     assert sorted((r["offsets_partition"], r["committed_offset"]) for r in rows) == [(0, 0), (1, 1)]
+
+
+@pytest.mark.slow
+def test_scram_over_sasl_ssl_reaches_each_group_s_node(tmp_path: Path) -> None:
+    """``--processes 2`` with ``listeners=SASL_SSL``: every node serves TLS and SCRAM (the
+    credentials are the warehouse's, set with ``coordinator scram``); confluent-kafka
+    consumers bootstrapped on node 0 find their group's coordinator on node 1 and commit."""
+    from coordinator.cli import main as cli
+    from tests.security_support import make_certificates
+
+    certificates = make_certificates(tmp_path / "certificates")
+    warehouse = tmp_path / "wh"
+    credential = "SCRAM-SHA-512=[name=alice,password=alice-secret,iterations=4096]"
+    assert cli(["scram", "--warehouse", str(warehouse), "--add-scram", credential]) == 0
+    base = _free_ports(2)
+    conf = tmp_path / "gateway.properties"
+    conf.write_text(
+        f"listeners=SASL_SSL://127.0.0.1:{base}\n"
+        "sasl.enabled.mechanisms=SCRAM-SHA-512\n"
+        f"ssl.keystore.location={certificates.path('server.pem')}\n"
+        "topics=t:6\n"
+    )
+    cluster = Cluster(tmp_path, 2, warehouse, conf=conf, base=base)
+    options = {
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "SCRAM-SHA-512",
+        "sasl.username": "alice",
+        "sasl.password": "alice-secret",
+        "ssl.ca.location": certificates.ca,
+    }
+    group = _group_on(1, 2, "secured")
+    cls = sc.CLIENTS["confluent-kafka"]
+    members = [cls(cluster.port(0), group, f"secured-{i}", options=options) for i in range(2)]
+    try:
+        assert "SASL_SSL" in cluster.text()
+        sc.wait_for(
+            lambda: sc.disjoint_cover(list(members)) and all(m.partitions() for m in members),
+            sc.SETTLE_S,
+            lambda: (sc.shares(list(members)), [m.error for m in members]),
+        )
+        offsets = {("t", p): 40 + p for p in range(sc.PARTITIONS)}
+        for m in members:
+            mine = {tp: offsets[tp] for tp in m.assigned()}
+            m.commit(mine)
+            assert m.committed(mine) == mine
+    finally:
+        for m in members:
+            m.close()
+        assert cluster.stop() == 0
+    assert _reread(warehouse, group) == offsets
