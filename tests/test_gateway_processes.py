@@ -601,3 +601,64 @@ def test_scram_over_sasl_ssl_reaches_each_group_s_node(tmp_path: Path) -> None:
             m.close()
         assert cluster.stop() == 0
     assert _reread(warehouse, group) == offsets
+
+
+@pytest.mark.slow
+def test_the_operator_tools_show_every_node_s_groups_through_a_node_s_death(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """group_state and group_history of a cluster (written by the supervisor from the nodes'
+    summaries): ``coordinator groups`` lists and describes the groups of both nodes, and a
+    group that moved away from a killed node and back is never shown Dead."""
+    import json
+
+    from coordinator.admin.tables import WarehouseReader
+    from coordinator.cli import main as cli
+
+    warehouse = tmp_path / "wh"
+    cluster = Cluster(tmp_path, 2, warehouse)
+    groups = [_group_on(node, 2, "tools") for node in (0, 1)]
+    cls = sc.CLIENTS["kafka-python"]
+    members = [cls(cluster.port(0), g, f"{g}-member") for g in groups]
+    offsets = {("t", p): 7 + p for p in range(sc.PARTITIONS)}
+
+    def listed() -> dict[str, str]:
+        assert cli(["groups", "--warehouse", str(warehouse), "--list", "--output", "json"]) == 0
+        rows = json.loads(capsys.readouterr().out)["groups"]
+        return {r["group_id"]: r["state"] for r in rows}
+
+    def described() -> dict[str, int]:
+        describe = ["--describe", "--all-groups", "--output", "json"]
+        assert cli(["groups", "--warehouse", str(warehouse), *describe]) == 0
+        return {
+            g: sum(1 for r in rows if r.get("current_offset") is not None)
+            for g, rows in _offsets_by_group(json.loads(capsys.readouterr().out)).items()
+        }
+
+    try:
+        for m in members:
+            sc.wait_for(lambda m=m: len(m.assigned()) == sc.PARTITIONS, sc.SETTLE_S, m.assigned)
+            m.commit(offsets)
+        wanted = dict.fromkeys(groups, "Stable")
+        assert until(lambda: listed() == wanted, 60), listed()
+        assert until(lambda: described() == dict.fromkeys(groups, sc.PARTITIONS), 60)
+        reader = WarehouseReader(warehouse)
+        assert [s["group_id"] for s in reader.group_states(reader.cut())] == sorted(groups)
+        os.kill(cluster.pids()[1], signal.SIGKILL)
+        assert until(lambda: "handover done" in cluster.text(), 120), cluster.text()
+        seen: list[dict[str, str]] = []
+        assert until(lambda: seen.append(listed()) or seen[-1] == wanted, 120), seen
+        assert all(set(s) == set(groups) for s in seen), seen  # never Dead, never missing
+    finally:
+        for m in members:
+            m.close()
+        assert cluster.stop() == 0
+    reader = WarehouseReader(warehouse)
+    history = reader.group_history(reader.cut()).to_pylist()
+    assert {r["group_id"] for r in history} == set(groups)
+    assert "Dead" not in {r["state"] for r in history}
+
+
+def _offsets_by_group(out: Any) -> dict[str, list[dict[str, Any]]]:
+    """``coordinator groups --describe --output json``: group -> its offsets rows."""
+    return {g["group"]: g["offsets"] for g in out["groups"]}

@@ -64,6 +64,7 @@ from coordinator.stream.schema import (
     REJECTED_REQUESTS,
     RESPONSES,
     TABLE_SCHEMAS,
+    WRITER_APP_IDS_PROPERTY,
     Warehouse,
 )
 from coordinator.stream.settings import IDENTITY_FILE
@@ -189,7 +190,18 @@ class WarehouseReader:
         on rising across a rebuild, so the newest batch of any of them is a cut."""
         earlier = (self._identity.get("rebuilt_from") or {}).get("previous_app_ids") or []
         current = [] if self.app_id is None else [self.app_id]
-        return current + [a for a in earlier if a not in current]
+        return current + [a for a in earlier + self.writer_app_ids if a not in current]
+
+    @cached_property
+    def writer_app_ids(self) -> list[str]:
+        """The app ids of a gateway cluster's writers (``coordinator gateway --processes``:
+        each node writes its own partitions' records, the supervisor the group tables), as the
+        supervisor names them on ``responses``; empty for one writer."""
+        responses = self.table(RESPONSES)
+        if responses is None:
+            return []
+        named = responses.metadata().configuration.get(WRITER_APP_IDS_PROPERTY, "")
+        return [a for a in named.split(",") if a]
 
     @cached_property
     def offsets_topic_num_partitions(self) -> int:
@@ -208,6 +220,10 @@ class WarehouseReader:
             return Cut(None, as_of)
         if as_of is None:
             responses = self.table(RESPONSES)
+            if responses is not None and self.writer_app_ids:
+                # Several writers, each numbering its own batches: "now" is everything any of
+                # them completed (a cut in time across them is not kept: see the README).
+                return Cut(self._newest_batch(responses))
             return Cut(None if responses is None else responses.transaction_version(app))
         if as_of.log_version is not None:
             cut = Cut(self._log_version_batch(as_of.log_version), as_of)

@@ -72,9 +72,6 @@ MAX_RESTARTS = 5
 STABLE_AFTER_S = 60.0
 #: The Delta application id of the supervisor's ``group_state``/``group_history`` writes.
 GROUPS_APP_ID = "coordinator-gateway-groups"
-#: The table property of ``responses`` naming every application id of a gateway cluster
-#: (readers take the newest batch of any of them as "now").
-APP_IDS_PROPERTY = "coordinator.app.ids"
 
 
 def node_app_id(node_id: int) -> str:
@@ -659,12 +656,12 @@ def _name_app_ids(ownership: Any, tables: Path, nodes: int) -> None:
     from deltalake import DeltaTable
 
     from coordinator.stream.ownership import set_writers
-    from coordinator.stream.schema import RESPONSES
+    from coordinator.stream.schema import RESPONSES, WRITER_APP_IDS_PROPERTY
 
     ids = ",".join([*(node_app_id(i) for i in range(nodes)), GROUPS_APP_ID])
     table = DeltaTable(str(tables / RESPONSES))
-    if table.metadata().configuration.get(APP_IDS_PROPERTY) != ids:
-        set_writers(ownership, table, {APP_IDS_PROPERTY: ids})
+    if table.metadata().configuration.get(WRITER_APP_IDS_PROPERTY) != ids:
+        set_writers(ownership, table, {WRITER_APP_IDS_PROPERTY: ids})
 
 
 def supervise(

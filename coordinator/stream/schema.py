@@ -204,3 +204,9 @@ def response_request_id(request_id: object) -> str | None:
     if request_id is None or isinstance(request_id, str):
         return request_id
     return jsonio.dumps(request_id)
+
+
+#: Table property of ``responses``: the application ids writing a warehouse together (a
+#: gateway cluster's nodes and its group tables' writer), comma separated; readers take the
+#: newest batch of any of them as "now".
+WRITER_APP_IDS_PROPERTY = "coordinator.writer.app.ids"
