@@ -662,3 +662,73 @@ def test_the_operator_tools_show_every_node_s_groups_through_a_node_s_death(
 def _offsets_by_group(out: Any) -> dict[str, list[dict[str, Any]]]:
     """``coordinator groups --describe --output json``: group -> its offsets rows."""
     return {g["group"]: g["offsets"] for g in out["groups"]}
+
+
+class _FakeProcess:
+    """A node process as the supervisor sees it: its standard input, and whether it runs."""
+
+    def __init__(self) -> None:
+        import io
+
+        self.stdin = io.StringIO()
+        self.returncode: int | None = None
+        self.signals: list[int] = []
+
+    def poll(self) -> int | None:
+        return self.returncode
+
+    def send_signal(self, number: int) -> None:
+        self.signals.append(number)
+
+    def kill(self) -> None:
+        self.signals.append(signal.SIGKILL)
+
+    def told(self) -> list[dict[str, Any]]:
+        import json
+
+        return [json.loads(line) for line in self.stdin.getvalue().splitlines()]
+
+
+def test_the_supervisor_moves_a_dead_node_s_partitions_and_hands_them_back_fenced() -> None:
+    """The supervisor's decisions, without processes: a dead node's partitions go to the
+    serving node; once restarted and serving, they come back only after the interim owner
+    released them (held meanwhile); a lapsed lease fences; restarts back off, then stop."""
+    from coordinator.gateway import cluster
+
+    sup = cluster.Supervisor("127.0.0.1", 9000, 2, 6, ["gateway"])
+    procs = {i: _FakeProcess() for i in (0, 1)}
+    for i, node in sup.nodes.items():
+        node.proc = procs[i]  # type: ignore[assignment]
+        node.started_at = 0.0
+        sup.on_report(i, 0, {"ready": True})
+    assert sup.owners == {0: 0, 1: 1, 2: 0, 3: 1, 4: 0, 5: 1}
+
+    procs[1].returncode = -9
+    sup.tick()
+    assert sup.owners == dict.fromkeys(range(6), 0)
+    assert procs[0].told()[-1]["hold"] == []
+    assert sup.nodes[1].incarnation == 1 and sup.nodes[1].restart_at is not None
+
+    again = _FakeProcess()
+    sup.nodes[1].proc = again  # type: ignore[assignment]  # (restarted)
+    sup.on_report(1, 1, {"ready": True})
+    told = procs[0].told()[-1]
+    assert {int(p): n for p, n in told["owners"].items()} == {0: 0, 1: 1, 2: 0, 3: 1, 4: 0, 5: 1}
+    assert told["hold"] == [1, 3, 5]  # node 1 holds them: node 0 still writes them
+    assert sup.releasing == {1: 0, 3: 0, 5: 0}
+    sup.on_report(1, 0, {"released": [1, 3, 5], "seq": told["seq"]})  # a stale incarnation
+    assert sup.releasing
+    sup.on_report(0, 0, {"released": [1, 3, 5], "seq": told["seq"]})
+    assert sup.releasing == {} and again.told()[-1]["hold"] == []
+
+    sup.nodes[0].last_heartbeat = -1e9  # its lease lapsed
+    sup.tick()
+    assert sup.nodes[0].fenced and signal.SIGTERM in procs[0].signals
+    assert sup.owners == dict.fromkeys(range(6), 1)
+
+    assert [cluster.restart_delay_s(k) for k in (1, 2, 3, 8, 9)] == [0.5, 1.0, 2.0, 30.0, 30.0]
+    node = sup.nodes[0]
+    node.restarts = cluster.MAX_RESTARTS
+    procs[0].returncode = 1
+    sup.tick()
+    assert node.given_up and node.restart_at is None

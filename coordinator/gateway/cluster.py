@@ -3,35 +3,42 @@ the ``__consumer_offsets`` partitions, as the brokers of a Kafka cluster are.
 
 One Python process serves one core; Kafka spreads groups over brokers by their offsets
 partition (``partitionFor(group)``) and so does this: node ``i`` listens on the ``--listen``
-port + ``i`` and starts as the coordinator of the partitions ``p`` with ``p % N == i``. Every
-node lists all N in Metadata, and FindCoordinator sends each group to the node owning its
-partition; a request that reaches another node is answered NOT_COORDINATOR by the engine, which
-sends Kafka clients back to FindCoordinator.
+port + ``i`` and starts as the coordinator of its preferred partitions, ``p % N == i``. Every
+node lists the nodes owning partitions in Metadata, and FindCoordinator sends each group to the
+node owning its partition; a request that reaches another node is answered NOT_COORDINATOR by
+the engine, which sends Kafka clients back to FindCoordinator.
 
-**The supervisor** (the process the command starts) runs no gateway: it starts the N nodes (the
-same command line, each told its part through ``COORDINATOR_GATEWAY_NODE``), and is the
-controller that moves partitions. When a node dies (a crash, ``kill -9``), its partitions go to
-the live nodes, round robin; each live node is sent the new owner of every partition (a JSON
-line on its standard input) and loads the partitions it gained from the log (Kafka's
-``handleGroupImmigration``: ``begin_loading``, then ``load_partition`` from the log's records,
-requests meanwhile answered COORDINATOR_LOAD_IN_PROGRESS). Until then clients of those groups
-find the dead node's port closed, or are sent to it by FindCoordinator, and retry. A dead node is
-not restarted; the supervisor stops (exit status 1) when none is left, and stops every node on
-SIGTERM or SIGINT. A node whose supervisor is gone (its standard input closed) stops too.
+**The supervisor** (the process the command starts, :class:`Supervisor`) runs no gateway; it is
+the controller. It starts the N nodes (the same command line, each told its part through
+``COORDINATOR_GATEWAY_NODE``), talks to each over two pipes (its standard input: the owners of
+every partition, JSON lines; a report pipe back: heartbeats, ``ready``, partitions
+``released``, group summaries), and keeps every partition owned by a serving node:
+
+- *Leases.* A node heartbeats from its event loop every quarter of its lease; one whose lease
+  lapses is fenced (below), sent SIGTERM, and SIGKILL after the shutdown timeout.
+- *Restarts.* A node that exits is started again with a backoff (0.5 s doubling to 30 s), at
+  most ``MAX_RESTARTS`` times in a row unless it served ``STABLE_AFTER_S`` in between.
+- *Moves.* A dead or fenced node's partitions go to the serving nodes round robin; each loads
+  the ones it gained from the log (Kafka's ``handleGroupImmigration``; LOAD_IN_PROGRESS
+  meanwhile). A node serving again gets its preferred partitions back in a fenced handover:
+  it is told to hold them (LOAD_IN_PROGRESS, nothing read), the interim owner unloads them,
+  writes what it had emitted for them and reports them released; then the log names the node
+  their writer, and it loads them.
 
 **One writer per partition.** With ``--log-warehouse`` the supervisor claims the warehouse
-(:mod:`coordinator.stream.ownership`: one owner per warehouse, its lease and epoch) and the nodes
-write under that claim: each commits only the records of the partitions it owns, under an app
-id of its own (``coordinator-gateway-node-<i>``), every commit fenced by the claim's epoch (a
-newer owner of the warehouse stops them all). A partition changes writer only once its previous
-writer is dead (the supervisor saw it exit), so two nodes never write one partition, and the new
-writer numbers its records after the last one the old writer committed (it reopens the log
-first). Without a warehouse the groups live in memory: a dead node's groups are lost and their
-members rejoin elsewhere.
+(:mod:`coordinator.stream.ownership`: one owner per warehouse, its lease and epoch) and the
+nodes write under that claim, each under an app id of its own. ``consumer_offsets`` names the
+writer of every partition and the incarnation of every node (table properties set by the
+supervisor with a metadata commit before anyone loads what it gained); each node's commit is
+checked against them on the snapshot it commits on
+(:class:`coordinator.stream.ownership.PartitionWriter`), and a commit read
+before a change fails in delta-rs and is read again: a paused node, or an older incarnation,
+writes nothing once its partitions moved. Without a warehouse the groups live in memory: a dead
+node's groups are lost and their members rejoin elsewhere.
 
-What is not kept with ``--processes``: ``group_state``/``group_history`` (the operator tools'
-summaries) are not written (several writers' MERGEs of one table would conflict); the log is.
-A node that hangs without dying keeps its partitions (no lease per node).
+**Group tables.** The nodes send their groups' changed summaries (once the records behind them
+are in the log) to the supervisor, the one writer of ``group_state``/``group_history``
+(:class:`GroupTables`); it names the cluster's app ids on ``responses`` for the readers.
 """
 
 from __future__ import annotations
@@ -481,7 +488,7 @@ class Supervisor:
         assert node.proc is not None
         code = node.proc.returncode
         served = node.ready_at is not None and time.monotonic() - node.ready_at >= STABLE_AFTER_S
-        node.proc = None
+        node.proc = node.ready_at = node.last_heartbeat = None
         node.incarnation += 1  # whatever it was, that process writes no more
         log.warning("node %d exited with %s", node.node_id, code)
         print(
@@ -531,6 +538,8 @@ class Supervisor:
         orphans = [p for p, n in self.owners.items() if n in gone]
         if serving and orphans:
             self.owners = reassign(self.owners, serving)
+            for p in [p for p, holder in self.releasing.items() if self.owners[p] == holder]:
+                del self.releasing[p]  # back with its interim owner, which loads it again
             changed = True
         if serving and not self.releasing:
             back = {
