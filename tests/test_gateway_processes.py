@@ -501,7 +501,7 @@ def test_a_node_s_log_writes_are_refused_once_its_partitions_or_its_incarnation_
         PartitionWriter,
         WriterFenced,
         acquire,
-        set_writers,
+        set_properties,
         writers_properties,
     )
     from coordinator.stream.schema import CONSUMER_OFFSETS, TABLES, Warehouse
@@ -513,7 +513,7 @@ def test_a_node_s_log_writes_are_refused_once_its_partitions_or_its_incarnation_
         paths.tables.mkdir(parents=True, exist_ok=True)
         DeltaSink(paths.tables, "supervisor", ownership=owner)
         log_table = DeltaTable(str(paths.tables / CONSUMER_OFFSETS))
-        set_writers(owner, log_table, writers_properties({0: 1, 1: 1, 2: 0}, {0: 0, 1: 0}))
+        set_properties(owner, log_table, writers_properties({0: 1, 1: 1, 2: 0}, {0: 0, 1: 0}))
         node = DeltaSink(paths.tables, "node-1", ownership=owner, writer=PartitionWriter(1, 0))
 
         def write(batch: int, partition: int) -> None:
@@ -537,13 +537,13 @@ def test_a_node_s_log_writes_are_refused_once_its_partitions_or_its_incarnation_
 
         write(0, 0)
         # partition 0 moves to node 0 behind the node's back (its snapshot is older)
-        set_writers(owner, log_table, writers_properties({0: 0, 1: 1, 2: 0}, {0: 0, 1: 0}))
+        set_properties(owner, log_table, writers_properties({0: 0, 1: 1, 2: 0}, {0: 0, 1: 0}))
         with pytest.raises(WriterFenced, match=r"partitions \[0\]"):
             write(1, 0)
         with pytest.raises(WriterFenced, match=r"partitions \[2\]"):
             write(1, 2)
         write(1, 1)  # still its own
-        set_writers(owner, log_table, writers_properties({0: 0, 1: 1, 2: 0}, {0: 0, 1: 1}))
+        set_properties(owner, log_table, writers_properties({0: 0, 1: 1, 2: 0}, {0: 0, 1: 1}))
         with pytest.raises(WriterFenced, match="incarnation"):
             write(2, 1)
     finally:
@@ -732,3 +732,26 @@ def test_the_supervisor_moves_a_dead_node_s_partitions_and_hands_them_back_fence
     procs[0].returncode = 1
     sup.tick()
     assert node.given_up and node.restart_at is None
+
+
+def test_a_handover_whose_new_owner_dies_leaves_the_partitions_with_a_live_writer() -> None:
+    """Node 1 dies while node 0 releases node 1's partitions to it: they go back to node 0,
+    which loads them again (nothing held), and the writers never name a dead node."""
+    from coordinator.gateway import cluster
+
+    sup = cluster.Supervisor("127.0.0.1", 9000, 2, 4, ["gateway"])
+    procs = {i: _FakeProcess() for i in (0, 1)}
+    for i, node in sup.nodes.items():
+        node.proc = procs[i]  # type: ignore[assignment]
+    sup.on_report(0, 0, {"ready": True})
+    procs[1].returncode = 1  # node 1 never served: its partitions go to node 0
+    sup.tick()
+    assert sup.owners == dict.fromkeys(range(4), 0)
+    restarted = _FakeProcess()
+    sup.nodes[1].proc = restarted  # type: ignore[assignment]
+    sup.on_report(1, 1, {"ready": True})
+    assert sup.releasing == {1: 0, 3: 0}
+    restarted.returncode = -9
+    sup.tick()
+    assert sup.releasing == {} and sup.owners == dict.fromkeys(range(4), 0)
+    assert procs[0].told()[-1]["hold"] == []

@@ -390,7 +390,7 @@ class Supervisor:
             return
         from deltalake import DeltaTable
 
-        from coordinator.stream.ownership import set_writers, writers_properties
+        from coordinator.stream.ownership import set_properties, writers_properties
         from coordinator.stream.schema import CONSUMER_OFFSETS
 
         writers = {p: self.releasing.get(p, o) for p, o in self.owners.items()}
@@ -398,7 +398,7 @@ class Supervisor:
         properties = writers_properties(dict(writers), incarnations)
         if properties == self._committed:
             return
-        set_writers(self.ownership, DeltaTable(str(self.tables / CONSUMER_OFFSETS)), properties)
+        set_properties(self.ownership, DeltaTable(str(self.tables / CONSUMER_OFFSETS)), properties)
         self._committed = properties
         log.info("the log's writers: %s", properties)
 
@@ -661,16 +661,21 @@ class Supervisor:
 
 
 def _name_app_ids(ownership: Any, tables: Path, nodes: int) -> None:
-    """Record on ``responses`` the application ids writing the warehouse (readers' "now")."""
+    """Record on ``responses`` the application ids writing the warehouse (readers' "now"):
+    this cluster's, the single gateway's and any named before (their rows stay in the log,
+    numbered by their own batches), so that no writer's rows fall outside "now"."""
     from deltalake import DeltaTable
 
-    from coordinator.stream.ownership import set_writers
+    from coordinator.gateway.embedded import APP_ID
+    from coordinator.stream.ownership import set_properties
     from coordinator.stream.schema import RESPONSES, WRITER_APP_IDS_PROPERTY
 
-    ids = ",".join([*(node_app_id(i) for i in range(nodes)), GROUPS_APP_ID])
     table = DeltaTable(str(tables / RESPONSES))
-    if table.metadata().configuration.get(WRITER_APP_IDS_PROPERTY) != ids:
-        set_writers(ownership, table, {WRITER_APP_IDS_PROPERTY: ids})
+    named = table.metadata().configuration.get(WRITER_APP_IDS_PROPERTY, "")
+    ids = [APP_ID, *(node_app_id(i) for i in range(nodes)), GROUPS_APP_ID]
+    ids += [a for a in named.split(",") if a and a not in ids]
+    if named != ",".join(ids):
+        set_properties(ownership, table, {WRITER_APP_IDS_PROPERTY: ",".join(ids)})
 
 
 def supervise(

@@ -34,6 +34,13 @@ one that reads after the fence sees the newer epoch and stops. Every commit of a
 and every fence, also records its epoch in the commit info (``custom_metadata``), so each
 table's history tells which owner wrote each batch (housekeeping commits carry none).
 
+**Partition writers** (the nodes of ``coordinator gateway --processes``, which all write under
+their supervisor's claim). ``consumer_offsets`` also names the node that writes each offsets
+partition and each node's incarnation (:func:`writers_properties`), changed by the supervisor
+with a metadata commit; a node's commit is checked against them on the snapshot it commits on
+(:class:`PartitionWriter`), so the same delta-rs rule refuses a paused node's commit once its
+partitions moved, and it finds out on reading again.
+
 Assumptions. The lease needs host clocks within a small fraction of the lease timeout (NTP):
 a skewed clock can only make a process take over from a live owner (which is then fenced and
 stops) or wait longer; it never lets two owners write. The claim needs a filesystem where
@@ -614,9 +621,10 @@ class PartitionWriter:
         self.check(table, ())
 
 
-def set_writers(ownership: Ownership, table: Any, properties: dict[str, str]) -> None:
-    """Commit the partition writers to ``table`` (``consumer_offsets``), fenced by the
-    warehouse claim: from this version on, only the named nodes' commits go through."""
+def set_properties(ownership: Ownership, table: Any, properties: dict[str, str]) -> None:
+    """Commit table ``properties`` fenced by the warehouse claim: on ``consumer_offsets`` the
+    partition writers (:func:`writers_properties`), so that from this version on only the named
+    nodes' commits go through."""
     from deltalake import CommitProperties
     from deltalake.exceptions import CommitFailedError
 
