@@ -134,8 +134,9 @@ def add_parser(subparsers: Any) -> None:
         default=1,
         metavar="N",
         help="embedded: N gateway processes (one core each), node i on the --listen port + i, "
-        "each the coordinator of a slice of the offsets partitions; a dead one's partitions "
-        "move to the others, which load them from --log-warehouse (default 1)",
+        "each the coordinator of a slice of the offsets partitions; a dead or hung one's "
+        "partitions move to the others, which load them from --log-warehouse, and come back "
+        "once it is restarted (default 1)",
     )
     p.add_argument(
         "--node-lease-timeout-ms",

@@ -17,7 +17,10 @@ row per group whose state changed, :func:`coordinator.stream.operator.group_summ
 operator tools (``coordinator groups``, the notebook) read a gateway's warehouse as they read the
 job's. They ride along with the next log write, or, when no record is due, go in a write of
 their own at most once per ``summary_interval_ms``: ``group_state`` trails the engine by at most
-that much, and a heartbeat costs no write.
+that much, and a heartbeat costs no write. A node of a gateway cluster
+(:mod:`coordinator.gateway.cluster`) summarises only its own partitions' groups and hands the
+summaries to its supervisor (``publish_summaries``), the one writer of those tables, once the
+records behind them are in the log.
 
 A write that fails leaves the engine ahead of its log. The log is the truth, so the engine is
 rebuilt from it, as a Kafka coordinator that loses its ``__consumer_offsets`` partition unloads
@@ -319,11 +322,11 @@ class EmbeddedBackend:
         num = self.config.offsets_topic_num_partitions
         for group_id in [g for g in self._summaries if partition_for(g, num) in lost_set]:
             del self._summaries[group_id]  # the new owner summarises them now
+        for partition in gained:
+            self.engine.begin_loading(partition)
         if lost:
             await self._drain()
         to_load = [p for p in gained if p not in held]
-        for partition in gained:
-            self.engine.begin_loading(partition)
         if not to_load:
             return lost
         log.info("node %d loads offsets partitions %s", me, to_load)
@@ -467,12 +470,11 @@ class EmbeddedBackend:
             self._last_write = time.monotonic()
         if published and self.publish_summaries is not None:
             self.publish_summaries(published)
-        if records or groups:
-            for summary in groups:
-                if summary["state"] == "Dead":
-                    self._summaries.pop(summary["group_id"], None)
-                else:
-                    self._summaries[summary["group_id"]] = summary
+        for summary in groups:
+            if summary["state"] == "Dead":
+                self._summaries.pop(summary["group_id"], None)
+            else:
+                self._summaries[summary["group_id"]] = summary
         self._resolve(answers)
 
     async def _reload(self, why: str) -> None:
