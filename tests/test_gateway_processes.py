@@ -653,6 +653,8 @@ def test_the_operator_tools_show_every_node_s_groups_through_a_node_s_death(
         for m in members:
             m.close()
         assert cluster.stop() == 0
+    assert set(listed()) == set(groups)  # (Empty, or Stable until a session of a member
+    # that could not send its LeaveGroup would have expired)
     reader = WarehouseReader(warehouse)
     history = reader.group_history(reader.cut()).to_pylist()
     assert {r["group_id"] for r in history} == set(groups)

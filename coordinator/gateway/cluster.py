@@ -379,6 +379,8 @@ class Supervisor:
         self.seq = 0
         self.events: queue.Queue[tuple[int, int, dict[str, Any] | None]] = queue.Queue()
         self.groups: GroupTables | None = None
+        #: The thread reading each node's reports (its current process's).
+        self._readers: dict[int, threading.Thread] = {}
         self._committed: dict[str, str] | None = None
 
     # --- the log's writers ---
@@ -449,12 +451,14 @@ class Supervisor:
         node.started_at = time.monotonic()
         node.last_heartbeat = node.ready_at = node.kill_at = node.restart_at = None
         node.fenced = False
-        threading.Thread(
+        reader = threading.Thread(
             target=self._read_reports,
             args=(node.node_id, node.incarnation, read_fd),
             name=f"gateway-node-{node.node_id}-reports",
             daemon=True,
-        ).start()
+        )
+        reader.start()
+        self._readers[node.node_id] = reader
 
     def _read_reports(self, node_id: int, incarnation: int, fd: int) -> None:
         with os.fdopen(fd, "r", encoding="utf-8") as reports:
@@ -655,6 +659,17 @@ class Supervisor:
                 proc.wait()
             if proc.returncode not in (0, -signal.SIGTERM):
                 status = 1
+        # What the nodes said while stopping (their groups' last summaries, written as they
+        # flushed their log) still goes to the group tables.
+        for reader in self._readers.values():
+            reader.join(10)
+        while True:
+            try:
+                node_id, incarnation, message = self.events.get_nowait()
+            except queue.Empty:
+                break
+            if message and "groups" in message:
+                self.on_report(node_id, incarnation, {"groups": message["groups"]})
         if self.groups is not None:
             self.groups.stop()
         return status
