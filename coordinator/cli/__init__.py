@@ -10,7 +10,7 @@ from coordinator import __version__
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from coordinator.cli import acls, bench, groups, replay, run, status, submit
+    from coordinator.cli import acls, bench, groups, replay, run, status, submit, topics
     from coordinator.gateway import cli as gateway_cli
 
     parser = argparse.ArgumentParser(
@@ -26,6 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     submit.add_parser(subparsers)
     status.add_parser(subparsers)
     groups.add_parser(subparsers)
+    topics.add_parser(subparsers)
     gateway_cli.add_parser(subparsers)
     acls.add_parser(subparsers)
     return parser

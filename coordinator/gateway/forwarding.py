@@ -17,6 +17,9 @@ this back end only carries requests and answers, through the job's own client
   coordinator role. The request stays in the inbox and may still be applied later: like a
   Kafka request whose response was lost, it is at least once, and every group API is safe to
   retry (a stale generation or member id is refused);
+- the topics consumer groups are assigned from (the gateway's ``--topic`` list, or its
+  upstream's topics with their ids, whenever a refresh changes them) are written to the job's
+  topic store (:mod:`coordinator.stream.topic_store`), which the job reads at every batch;
 - FindCoordinator is answered here, by the same engine code with no group state: it reads no
   group, and the gateway is the only node a client may talk to.
 
@@ -88,6 +91,22 @@ class JobBackend:
 
     async def _call(self, fn: Any, *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self._executor, partial(fn, *args))
+
+    #: The job's topic store outlives this gateway: a gateway with no topics of its own (no
+    #: ``--topic``, no upstream) leaves it as others wrote it.
+    keeps_topics = True
+
+    def update_topics(self, topics: list[dict[str, Any]]) -> None:
+        """The gateway's topics (its ``--topic`` list, or its upstream's with their ids) into
+        the job's topic store (:mod:`coordinator.stream.topic_store`) when they differ from its
+        newest version: the job assigns consumer groups from them from its next batch on."""
+        from coordinator.stream import topic_store
+        from coordinator.stream.schema import Warehouse
+
+        store = Warehouse.at(self.warehouse).topics
+        version = topic_store.append_if_changed(store, topics, topic_store.GATEWAY)
+        if version is not None:
+            log.info("topics version %d written to %s: %d topics", version, store, len(topics))
 
     async def start(self, node: CoordinatorNode) -> None:
         from coordinator.stream.client import StreamClient

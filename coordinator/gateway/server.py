@@ -154,11 +154,11 @@ class Gateway:
             await self.upstream.start()
         self._finder = GroupCoordinator(node=node)
         feed_topics = getattr(self.backend, "update_topics", None)
-        if feed_topics is not None:  # consumer groups assign from them (embedded back end)
+        if feed_topics is not None:  # consumer groups assign from them
             if self.upstream is not None:
                 self.upstream.on_topics = feed_topics
                 feed_topics(self.upstream.topic_list())
-            else:
+            elif self._ctx.topics or not getattr(self.backend, "keeps_topics", False):
                 feed_topics(self._ctx.topic_list())
         await self.backend.start(node)
         await self.log_topic.refresh(force=True)

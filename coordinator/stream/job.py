@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from coordinator.engine import CoordinatorNode
 from coordinator.requests import parse
-from coordinator.stream import datafiles, operator, ownership, rebuild, source
+from coordinator.stream import datafiles, operator, ownership, rebuild, source, topic_store
 from coordinator.stream.schema import (
     CONSUMER_OFFSETS,
     REJECTED_REQUESTS,
@@ -186,6 +186,7 @@ def inbox_stream(spark: Any, settings: Settings) -> Any:
         .option("maxFilesPerTrigger", job.max_files_per_trigger)
         .option("clean", job.clean_source)
         .option("initialOffsetFile", str(paths.checkpoint / source.INITIAL_FILE))
+        .option("topicsDir", str(paths.topics))
     )
     if job.clean_source == "archive":
         paths.archive.mkdir(parents=True, exist_ok=True)
@@ -889,7 +890,17 @@ def operator_settings(
         bootstrap_dir=identity.bootstrap_dir,
         offsets_dir=str(job.paths.checkpoint / "offsets"),
         topics=job.topic_counts(),
+        topics_dir=str(job.paths.topics),
     )
+
+
+def seed_topics(settings: Settings) -> None:
+    """``job.topics`` into the warehouse's topic store when it changed since the job last wrote
+    it (:func:`coordinator.stream.topic_store.seed_from_setting`)."""
+    store = settings.job.paths.topics
+    version = topic_store.seed_from_setting(store, settings.job.topic_counts())
+    if version is not None:
+        log.info("job.topics written to the topic store %s as version %d", store, version)
 
 
 def take_ownership(settings: Settings, kind: str = "coordinator run") -> ownership.Ownership:
@@ -954,6 +965,7 @@ def start(
         identity, rebuilt = rebuild.prepare_checkpoint(settings, rebuild_from_log, owner)
         owner.check()
         sink = batch_sink(settings, identity, after_write, owner)
+        seed_topics(settings)
     except BaseException:
         owner.release()
         raise

@@ -73,7 +73,8 @@ from coordinator.log.records import Group, record_from_bytes, replay
 from coordinator.modern.model import ConsumerGroup
 from coordinator.requests import BadRequest, bad_request_response, parse
 from coordinator.step import step
-from coordinator.stream.source import arrival_of, batch_horizon
+from coordinator.stream import topic_store
+from coordinator.stream.source import Offset, arrival_of, batch_offset
 from coordinator.topics import TopicImage, TopicMetadata, topic_id_for
 
 # --- output rows ------------------------------------------------------------------------------
@@ -153,17 +154,40 @@ class OperatorSettings:
     #: horizon is read; None: every batch's clock is its timestamp.
     offsets_dir: str | None = None
     #: ``job.topics``: (name, partition count) of the topics consumer groups are assigned from,
-    #: with the topic ids the gateway's Metadata gives (:func:`coordinator.topics.topic_id_for`).
+    #: with the topic ids the gateway's Metadata gives (:func:`coordinator.topics.topic_id_for`):
+    #: the image of a batch whose topics version is unknown, when the store has no version 0.
     topics: tuple[tuple[str, int], ...] = ()
+    #: The job's topic store (:mod:`coordinator.stream.topic_store`); None: ``topics`` always.
+    topics_dir: str | None = None
 
-    def topic_image(self) -> TopicImage:
-        """The topics as the engine learns them (one image per worker and topic list)."""
-        image = _IMAGES.get(self.topics)
-        if image is None:
-            image = _IMAGES[self.topics] = TopicImage(
-                TopicMetadata(topic_id_for(name), name, count) for name, count in self.topics
+    def topic_image(self, batch_ms: int | None = None) -> TopicImage:
+        """The topics the batch whose timestamp is ``batch_ms`` is assigned from: the store's
+        version its offset names (read once per batch and process, as its horizon; version 0
+        when the offset names none), else ``topics``. One image per worker and version."""
+        version = None
+        if self.topics_dir is not None:
+            offset = None if batch_ms is None else self._offset(batch_ms)
+            version = (
+                0 if offset is None or offset.topics_version is None else offset.topics_version
             )
+        key = (self.topics_dir, version, self.topics)
+        image = _IMAGES.get(key)
+        if image is None:
+            if len(_IMAGES) > 64:
+                _IMAGES.clear()
+            image = _IMAGES[key] = self._read_image(version)
         return image
+
+    def _read_image(self, version: int | None) -> TopicImage:
+        if self.topics_dir is not None and version is not None:
+            try:
+                return topic_store.read_image(self.topics_dir, version)
+            except FileNotFoundError:
+                if version != 0:  # a version in the offset log is never deleted
+                    raise
+        return TopicImage(
+            TopicMetadata(topic_id_for(name), name, count) for name, count in self.topics
+        )
 
     def ids(self) -> KeyedIds:
         return KeyedIds(self.seed)
@@ -171,26 +195,32 @@ class OperatorSettings:
     def clock(self, batch_ms: int) -> int:
         """The clock of the batch whose timestamp is ``batch_ms``: its input horizon when that
         is earlier (once per batch and process: the offset log is read on the first call)."""
+        offset = self._offset(batch_ms)
+        horizon = None if offset is None else offset.horizon_ms
+        return batch_ms if horizon is None else min(batch_ms, horizon)
+
+    def _offset(self, batch_ms: int) -> Offset | None:
+        """The inbox source's offset of the batch (None: unknown, or no offset log)."""
         if self.offsets_dir is None:
-            return batch_ms
+            return None
         key = (self.offsets_dir, batch_ms)
         if key not in _HORIZONS:
             if len(_HORIZONS) > 64:
                 _HORIZONS.clear()
-            _HORIZONS[key] = batch_horizon(self.offsets_dir, batch_ms)
-        horizon = _HORIZONS[key]
-        return batch_ms if horizon is None else min(batch_ms, horizon)
+            _HORIZONS[key] = batch_offset(self.offsets_dir, batch_ms)
+        return _HORIZONS[key]
 
     def is_load(self, line: InboxLine) -> bool:
         """Whether ``line`` came from a bootstrap file (never true of an inbox line)."""
         return self.bootstrap_dir is not None and _under(line.source_file, self.bootstrap_dir)
 
 
-#: Topic images by topic list, per Python worker.
-_IMAGES: dict[tuple[tuple[str, int], ...], TopicImage] = {}
+#: Topic images by (store, version, topic list), per Python worker.
+_IMAGES: dict[tuple[str | None, int | None, tuple[tuple[str, int], ...]], TopicImage] = {}
 
-#: Input horizons by (offset log, batch timestamp), per Python worker.
-_HORIZONS: dict[tuple[str, int], int | None] = {}
+#: The inbox source's offsets (input horizon, topics version) by (offset log, batch
+#: timestamp), per Python worker.
+_HORIZONS: dict[tuple[str, int], Offset | None] = {}
 
 
 @dataclass(slots=True)
@@ -297,6 +327,7 @@ def run_group(
     warnings: list[str] = []
 
     stamp = now_ms if emitted_ms is None else emitted_ms
+    topics = settings.topic_image(stamp)
 
     def emit(
         kind: str, body: str | None = None, key: bytes | None = None, value: Any = None
@@ -323,7 +354,7 @@ def run_group(
         )
     elif loads:
         # Loads first: the batch's requests find the group as the log left it.
-        group, load_records = load_group(settings, group_id, loads, now_ms, errors)
+        group, load_records = load_group(settings, group_id, loads, now_ms, errors, topics)
         loaded = True
         for record in load_records:
             emit(RECORD, key=record["key"], value=record["value"])
@@ -358,7 +389,7 @@ def run_group(
         settings.config,
         settings.ids(),
         arrivals,
-        settings.topic_image(),
+        topics,
     )
     for answer in result.responses:
         emit(RESPONSE, jsonio.dumps_response(answer))
@@ -479,6 +510,7 @@ def load_group(
     loads: list[InboxLine],
     now_ms: int,
     errors: list[str],
+    topics: TopicImage | None = None,
 ) -> tuple[Group | None, list[dict[str, Any]]]:
     """The group as a load of its records gives it at ``now_ms`` (Kafka's load of an offsets
     partition, as ``GroupCoordinator.from_records`` does it): the records replayed in order,
@@ -525,7 +557,7 @@ def load_group(
         partition,
         [],
         written,
-        topics=settings.topic_image(),
+        topics=settings.topic_image() if topics is None else topics,
     )
     on_loaded(ctx, group)
     loaded = ctx.group

@@ -30,8 +30,9 @@ TABLES = (CONSUMER_OFFSETS, REJECTED_REQUESTS, GROUP_HISTORY, GROUP_STATE, RESPO
 @dataclass(frozen=True, slots=True)
 class Warehouse:
     """The job's directories: ``inbox/`` (request files), ``archive/`` (processed ones),
-    ``tables/<name>`` (Delta tables), ``checkpoints/coordinator`` (Spark's checkpoint) and
-    ``status/`` (the last progress, for ``coordinator status``)."""
+    ``tables/<name>`` (Delta tables), ``checkpoints/coordinator`` (Spark's checkpoint),
+    ``status/`` (the last progress, for ``coordinator status``) and ``topics/`` (the topics
+    consumer groups are assigned from)."""
 
     root: Path
     inbox: Path
@@ -62,6 +63,11 @@ class Warehouse:
     @property
     def status(self) -> Path:
         return self.root / "status"
+
+    @property
+    def topics(self) -> Path:
+        """The topic store (:mod:`coordinator.stream.topic_store`)."""
+        return self.root / "topics"
 
 
 # --- the Delta tables -------------------------------------------------------------------------

@@ -127,7 +127,8 @@ class JobSettings:
     #: none (:mod:`coordinator.metrics.job`).
     metrics: str = ""
     #: The topics consumer groups (KIP-848) are assigned from, ``NAME:PARTITIONS,...`` (the
-    #: gateway's ``--topic`` list, with the same topic ids); a change takes a restart.
+    #: gateway's ``--topic`` list, with the same topic ids): the seed of the warehouse's topic
+    #: store (:mod:`coordinator.stream.topic_store`), written there at start when it changed.
     topics: str = ""
 
     def __post_init__(self) -> None:

@@ -55,6 +55,12 @@ its bytes. The job splits them into lines in Spark exactly as it did with the te
 (:func:`coordinator.stream.job.inbox_stream`), so the rows keep their shape and meaning; the
 operator reads each line's arrival from its ``source_file`` (:func:`arrival_of`).
 
+**Topics.** ``"topics_version": T``: the newest version of the job's topic store
+(:mod:`coordinator.stream.topic_store`) when the batch was planned, never lower than the
+previous batch's. The operator assigns the batch's consumer groups from that version's image,
+so a re-run batch sees the topics its first run saw, whatever was written since. An offset
+without it (an older checkpoint's) means version 0, the seed.
+
 ``job.clean.source``: ``archive`` moves a committed file to ``<warehouse>/archive`` under its
 sequenced name, ``delete`` deletes it, ``off`` leaves it in ``_sequenced/``.
 ``job.max.files.per.trigger`` bounds the files of one batch.
@@ -81,6 +87,7 @@ from typing import Any
 from urllib.parse import unquote
 
 from coordinator.stream.client import _fsync_dir, wall_clock_ms
+from coordinator.stream.topic_store import newest_version
 
 log = logging.getLogger("coordinator.source")
 
@@ -103,6 +110,7 @@ INITIAL_FILE = "inbox-source-initial.json"
 SEQ = "inbox_seq"
 FILES = "inbox_files"
 HORIZON = "inbox_horizon_ms"
+TOPICS_VERSION = "topics_version"
 CLEAN_MODES = ("archive", "delete", "off")
 
 #: ``<seq>@<arrival_ms>-<name>``, or an older release's ``<seq>-<name>`` (no arrival).
@@ -146,11 +154,16 @@ class Offset:
     files: int
     #: The batch's input horizon (see the module's doc); not part of the position.
     horizon_ms: int | None = field(default=None, compare=False)
+    #: The topic store's version the batch is assigned from (:mod:`coordinator.stream.
+    #: topic_store`); None (an older checkpoint's offset): the seed, version 0.
+    topics_version: int | None = field(default=None, compare=False)
 
     def json(self) -> dict[str, int]:
         value = {SEQ: self.seq, FILES: self.files}
         if self.horizon_ms is not None:
             value[HORIZON] = self.horizon_ms
+        if self.topics_version is not None:
+            value[TOPICS_VERSION] = self.topics_version
         return value
 
     @classmethod
@@ -162,8 +175,12 @@ class Offset:
                 f"from the log: coordinator run --rebuild-from-log"
             )
         horizon = value.get(HORIZON)
+        topics = value.get(TOPICS_VERSION)
         return cls(
-            int(value[SEQ]), int(value.get(FILES, 0)), None if horizon is None else int(horizon)
+            int(value[SEQ]),
+            int(value.get(FILES, 0)),
+            None if horizon is None else int(horizon),
+            None if topics is None else int(topics),
         )
 
 
@@ -181,6 +198,7 @@ class SequencedInbox:
         archive: str | Path | None,
         clean: str,
         clock: Callable[[], int] = wall_clock_ms,
+        topics_dir: str | Path | None = None,
     ) -> None:
         if clean not in CLEAN_MODES:
             raise ValueError(f"clean must be one of {CLEAN_MODES}, got {clean!r}")
@@ -192,6 +210,8 @@ class SequencedInbox:
         self.clean = clean
         #: The listing time (epoch ms) of arrival stamps; injectable for tests.
         self.clock = clock
+        #: The job's topic store: its newest version goes into each batch's offset.
+        self.topics_dir = None if topics_dir is None else Path(topics_dir)
         self._last: int | None = None
         #: This process's previous listing time (None: none yet).
         self._listed: int | None = None
@@ -317,10 +337,19 @@ class SequencedInbox:
         horizon = next((at for at in stamps if at is not None), self._listed)
         if start.horizon_ms is not None and horizon is not None:
             horizon = max(horizon, start.horizon_ms)  # never back (a wall clock stepped back)
+        topics = self.topics_version(start)
         if not chosen:
-            return [], Offset(start.seq, start.files, horizon)
-        end = Offset(chosen[-1][0], start.files + len(chosen), horizon)
+            return [], Offset(start.seq, start.files, horizon, topics)
+        end = Offset(chosen[-1][0], start.files + len(chosen), horizon, topics)
         return [self.sequenced / name for _, name in chosen], end
+
+    def topics_version(self, start: Offset) -> int | None:
+        """The topic store's newest version now, never older than ``start``'s: the version the
+        batch being planned is assigned from (None: no store, as an older release)."""
+        newest = None if self.topics_dir is None else newest_version(self.topics_dir)
+        if newest is None:
+            return start.topics_version
+        return newest if start.topics_version is None else max(newest, start.topics_version)
 
     def between(self, start: Offset, end: Offset) -> list[tuple[Path, Path]]:
         """The files of the range ``(start, end]`` in sequence order, as (sequenced path, where
@@ -384,8 +413,15 @@ def _source_offset(lines: list[str]) -> Offset | None:
 
 
 def batch_horizon(offsets_dir: str | Path, batch_timestamp_ms: int) -> int | None:
-    """The input horizon of the batch whose timestamp is ``batch_timestamp_ms``, from Spark's
-    offset log (``<checkpoint>/offsets/<batch id>``: a version line, the batch's metadata with
+    """The input horizon of the batch whose timestamp is ``batch_timestamp_ms`` (see
+    :func:`batch_offset`); None when unknown."""
+    offset = batch_offset(offsets_dir, batch_timestamp_ms)
+    return None if offset is None else offset.horizon_ms
+
+
+def batch_offset(offsets_dir: str | Path, batch_timestamp_ms: int) -> Offset | None:
+    """This source's end offset of the batch whose timestamp is ``batch_timestamp_ms`` (its
+    input horizon and topics version), from Spark's offset log (``<checkpoint>/offsets/<batch id>``: a version line, the batch's metadata with
     ``batchTimestampMs``, then one JSON line per source), which Spark writes before the batch
     runs and never changes: the same for every task of the batch and for a re-run of it. None
     when unknown (no such batch among the latest, a checkpoint of an older release)."""
@@ -401,8 +437,7 @@ def batch_horizon(offsets_dir: str | Path, batch_timestamp_ms: int) -> int | Non
         except (OSError, ValueError, IndexError):
             continue
         if meta.get("batchTimestampMs") == batch_timestamp_ms:
-            offset = _source_offset(lines[2:])
-            return None if offset is None else offset.horizon_ms
+            return _source_offset(lines[2:])
     return None
 
 
@@ -445,8 +480,14 @@ class InboxDataSource(DataSource):
     def simpleStreamReader(self, schema: Any) -> InboxReader:
         options = self.options
         initial = options.get("initialOffsetFile")
+        inbox = SequencedInbox(
+            options["path"],
+            options.get("archive"),
+            options.get("clean", "off"),
+            topics_dir=options.get("topicsDir"),
+        )
         return InboxReader(
-            SequencedInbox(options["path"], options.get("archive"), options.get("clean", "off")),
+            inbox,
             int(options.get("maxFilesPerTrigger", 1000)),
             Path(initial) if initial else None,
         )
