@@ -196,8 +196,8 @@ def read_frame(sock: socket.socket) -> bytes | None:
     return exactly(struct.unpack(">i", prefix)[0])
 
 
-def call(port: int, api_key: int, version: int, body: dict[str, Any]) -> Any:
-    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+def call(port: int, api_key: int, version: int, body: dict[str, Any], timeout_s: float = 10) -> Any:
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout_s) as sock:
         sock.sendall(codec.encode_request(api_key, version, 7, body))
         frame = read_frame(sock)
         assert frame is not None, "connection closed"

@@ -5,6 +5,7 @@ version its offset names, the same on a re-run (no Spark here)."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import threading
@@ -21,7 +22,7 @@ from coordinator.ids import KeyedIds
 from coordinator.stream import operator as op
 from coordinator.stream import topic_store as store
 from coordinator.stream.source import InboxReader, Offset, SequencedInbox
-from coordinator.topics import TopicImage, topic_id_for
+from coordinator.topics import TopicImage, topic_id_for, uuid_from_bytes
 from tests.consumer_groups import M1, owned
 
 T = topic_id_for("t")
@@ -276,3 +277,61 @@ def test_without_a_store_the_setting_serves_as_before() -> None:
     assert settings.topic_image(123) == TopicImage.parse(topics(t=2))
     missing = dataclasses.replace(settings, topics_dir="/nonexistent/topics")
     assert missing.topic_image(123) == TopicImage.parse(topics(t=2))  # no version 0 written
+
+
+# --- the gateway with the Spark back end, end to end (no job: the store is what it writes) -----
+
+
+@pytest.mark.parametrize("with_ids", [True, False], ids=["upstream ids", "no ids"])
+def test_the_gateway_in_front_of_an_upstream_feeds_the_jobs_store(
+    tmp_path: Path, with_ids: bool
+) -> None:
+    """In upstream mode with the Spark back end, the upstream's topics reach the job's store
+    with the ids clients' Metadata gives (the upstream's own, or the gateway's for a broker
+    without ids), and a partition count that grows upstream is a new version."""
+    from coordinator.gateway.upstream import Upstream
+    from tests.gateway_support import Running, until
+    from tests.test_gateway_upstream_topics import ORDERS_ID, TopicsBroker
+
+    broker = TopicsBroker({"orders": (ORDERS_ID if with_ids else None, 3)})
+    upstream = Upstream([("127.0.0.1", broker.port)], metadata_max_age_ms=100)
+    running = Running(backend=JobBackend(tmp_path), upstream=upstream)
+    d = tmp_path / "topics"
+    orders = uuid_from_bytes(ORDERS_ID.bytes) if with_ids else topic_id_for("orders")
+    try:
+        assert until(lambda: store.newest_version(d) is not None, 10)
+        image = store.newest_image(d)
+        assert image is not None and image.as_list() == [
+            {"name": "orders", "topic_id": orders, "partitions": 3}
+        ]
+        broker.topics = {"orders": (broker.topics["orders"][0], 5)}
+
+        def grown() -> bool:
+            newest = store.newest_image(d)
+            return newest is not None and newest.as_list()[0]["partitions"] == 5
+
+        assert until(grown, 10)
+        assert store.read_version(d, store.newest_version(d) or 0)["writer"] == store.GATEWAY
+        assert store.newest_image(d).by_name("orders").topic_id == orders  # type: ignore[union-attr]
+    finally:
+        running.stop()
+        broker.stop()
+
+
+def test_the_gateway_with_topics_of_its_own_writes_them_and_one_without_writes_nothing(
+    tmp_path: Path,
+) -> None:
+    from coordinator.gateway.server import Gateway
+    from tests.gateway_support import Running
+
+    running = Running(backend=JobBackend(tmp_path), topics={"orders": 6})
+    running.stop()
+    assert store.newest_image(tmp_path / "topics") == TopicImage.parse(topics(orders=6))
+    bare = Gateway(JobBackend(tmp_path / "other"), {}, "127.0.0.1", 0)
+    loop = asyncio.new_event_loop()
+    try:
+        loop.run_until_complete(bare.start())
+        loop.run_until_complete(bare.stop())
+    finally:
+        loop.close()
+    assert store.versions(tmp_path / "other" / "topics") == []

@@ -77,3 +77,51 @@ def test_a_topic_grown_and_deleted_while_the_job_runs_reaches_the_group(
         assert named == sorted(named) and {0, 1, 2} <= set(named)
     finally:
         c.stop()
+
+
+@pytest.mark.slow
+def test_the_job_behind_an_upstream_gateway_assigns_the_upstreams_topic_ids(
+    spark: Any, tmp_path: Any
+) -> None:
+    """Kafka wire -> the gateway in upstream mode with the Spark back end -> the job: the
+    heartbeats are assigned the upstream's own topic id, and a partition count that grows
+    upstream reaches the member, without a restart of either."""
+    from coordinator.gateway import codec
+    from coordinator.gateway.forwarding import JobBackend
+    from coordinator.gateway.upstream import Upstream
+    from tests.gateway_support import REQUESTS, Running, call
+    from tests.test_gateway_upstream_topics import ORDERS_ID, TopicsBroker, assigned
+
+    def heartbeat(port: int, member_id: str, epoch: int, owned: Any) -> Any:
+        """A full ConsumerGroupHeartbeat, given a minute: a batch on a loaded box is slow."""
+        body = {**REQUESTS[codec.CONSUMER_GROUP_HEARTBEAT], "group_id": "cg"}
+        body.update(member_id=member_id, member_epoch=epoch, topic_partitions=owned)
+        body["subscribed_topic_names"] = ["orders"]
+        answer = call(port, codec.CONSUMER_GROUP_HEARTBEAT, 1, body, timeout_s=60)
+        assert answer["error_code"] == 0, answer
+        return answer
+
+    warehouse = tmp_path / "wh"
+    broker = TopicsBroker({"orders": (ORDERS_ID, 3)})
+    job = RunningCoordinator(spark, warehouse).start()
+    upstream = Upstream([("127.0.0.1", broker.port)], metadata_max_age_ms=200)
+    gateway = Running(backend=JobBackend(warehouse), upstream=upstream)
+    member = "MmbrMmbrMmbrMmbrMmbr01"
+    try:
+        first = heartbeat(gateway.port, member, 0, [])
+        assert assigned(first) == {ORDERS_ID: [0, 1, 2]}
+        broker.topics = {"orders": (ORDERS_ID, 5)}
+        owned = [{"topic_id": ORDERS_ID, "partitions": [0, 1, 2]}]
+        answers: list[Any] = []
+
+        def grown() -> bool:
+            # A full request (the subscription with it): every answer carries the assignment.
+            answers.append(heartbeat(gateway.port, member, first["member_epoch"], owned))
+            return assigned(answers[-1]) == {ORDERS_ID: [0, 1, 2, 3, 4]}
+
+        job.wait_for(grown, 120, "the upstream's new partitions")
+        assert answers[-1]["member_epoch"] > first["member_epoch"]
+    finally:
+        gateway.stop()
+        job.stop()
+        broker.stop()
