@@ -9,7 +9,9 @@ Spark's shuffle cuts them), each part goes through the task function
 (:func:`coordinator.stream.datafiles.write_partition`), and the sink commits the files they
 wrote. What it leaves out is what Spark adds: the
 inbox source (it reads the inbox directly), the state store (state lives in memory, so a ``LocalJob`` does not survive its
-process) and the trigger (the caller says when a batch runs, and at what time).
+process) and the trigger (the caller says when a batch runs, and at what time). Without the
+source's offsets, consumer groups are assigned from the topic store's version 0 (else
+``job.topics``), never a newer version.
 
 Tables written by a ``LocalJob`` are indistinguishable from the job's, which is what the
 operator tools, the Spark queries and their benchmarks need. A Spark job started later on the

@@ -24,7 +24,10 @@ between them in time order (:func:`coordinator.step.step`), then at the batch's 
 timestamp, or the batch's input horizon when that is earlier (the time up to which the batch
 holds every request that arrived, which the source puts in the batch's offset, in Spark's
 offset log: :func:`coordinator.stream.source.batch_horizon`), so that no timer fires before a
-request that arrived earlier is served. Member ids come from :class:`coordinator.ids.KeyedIds`
+request that arrived earlier is served. Consumer groups are assigned from the job's topic
+store at the version the batch's offset names (:meth:`OperatorSettings.topic_image`; the source
+put the newest version there when it planned the batch), so a re-run sees the topics its first
+run saw. Member ids come from :class:`coordinator.ids.KeyedIds`
 (a keyed hash of the seed, the group id and the request id), and a key's lines are applied in
 (file name, position in file) order, never in the order Spark hands rows over. Output rows
 carry the batch's timestamp (``timestamp_ms``: the log's append time and the answers' emission
