@@ -1,8 +1,10 @@
 """The asyncio TCP server: Kafka's framing, one request at a time per connection.
 
-Each connection reads ``INT32 size`` + frame, serves it and writes the answer before reading the
-next, as a Kafka broker processes one request per connection at a time (so answers come back in
-request order). A parked JoinGroup awaits its future without blocking other connections.
+Each connection (:class:`~coordinator.gateway.connection.Connection`, an ``asyncio.Protocol``)
+splits ``INT32 size`` + frame out of what it reads and serves its requests one at a time, as a
+Kafka broker does (so answers come back in request order): a request the back end answers at
+once is answered within the read, the first one that waits (a parked JoinGroup) goes on in a
+task without blocking other connections, and the frames behind it wait their turn.
 
 Kafka's answers to bad input: a frame larger than ``max_request_bytes`` (Kafka's
 ``socket.request.max.bytes``) or smaller than a header, an unknown API key, a version out of range
@@ -29,24 +31,19 @@ import asyncio
 import contextlib
 import functools
 import logging
-import struct
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 from coordinator.engine import CoordinatorNode, GroupCoordinator
 from coordinator.errors import Error
 from coordinator.gateway import apis, codec
 from coordinator.gateway.backend import Backend, cannot_serve
-from coordinator.gateway.codec import FrameError
+from coordinator.gateway.connection import DEFAULT_MAX_IN_FLIGHT, Connection
 from coordinator.gateway.log_topic import LOG_TOPIC, LogTopic, for_backend
 from coordinator.gateway.security import enforce
-from coordinator.gateway.security.session import (
-    SASL_MAX_RECEIVE_BYTES,
-    GatewaySecurity,
-    Session,
-)
-from coordinator.gateway.upstream import LOCAL, ClientLink, LogTopicShape, Upstream
+from coordinator.gateway.security.session import GatewaySecurity
+from coordinator.gateway.upstream import LOCAL, LogTopicShape, Upstream
 from coordinator.security.settings import Listener
 
 if TYPE_CHECKING:
@@ -59,6 +56,8 @@ log = logging.getLogger(__name__)
 DEFAULT_MAX_REQUEST_BYTES = 1_048_576
 #: Kafka's connections.max.idle.ms default.
 DEFAULT_IDLE_TIMEOUT_S = 600.0
+#: On stop, how long a connection's last answers may take to go out before it is aborted.
+STOP_FLUSH_S = 2.0
 
 
 class Gateway:
@@ -77,9 +76,12 @@ class Gateway:
         security: GatewaySecurity | None = None,
         node_id: int = 0,
         brokers: list[tuple[int, str, int]] | None = None,
+        max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
     ) -> None:
         """``node_id`` and ``brokers`` (node id, host, port of every node, this one included):
-        one node of several (:mod:`coordinator.gateway.cluster`); by default the only one."""
+        one node of several (:mod:`coordinator.gateway.cluster`); by default the only one.
+        ``max_in_flight``: requests read on one connection while one of them waits, before
+        reading pauses (:mod:`coordinator.gateway.connection`)."""
         self.backend = backend
         #: TLS, authentication and ACLs (:mod:`coordinator.gateway.security`); by default a
         #: PLAINTEXT listener with no authorizer, as a Kafka broker without security settings.
@@ -92,7 +94,10 @@ class Gateway:
         self._listen_port = port
         self.max_request_bytes = max_request_bytes
         self.idle_timeout_s = idle_timeout_s
+        self.max_in_flight = max_in_flight
+        #: connections opened so far, and those open
         self.connections = 0
+        self._open: set[Connection] = set()
         self.closed_for_bad_input = 0
         self.metrics = metrics
         #: True once the back end serves (until then group APIs answer LOAD_IN_PROGRESS).
@@ -125,16 +130,17 @@ class Gateway:
     async def start(self) -> None:
         """Listen, then start the back end; connections meanwhile get LOAD_IN_PROGRESS for
         group APIs (module doc). Returns once ready."""
-        self._server = await asyncio.start_server(
-            functools.partial(self._connection, None, None),
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            functools.partial(self._protocol, None, None),
             self.host,
             self.port,
             ssl=self.security.context_for(None),
         )
         self.port = self._server.sockets[0].getsockname()[1]
         for listener in self.security.other_listeners:  # Kafka's further listeners
-            server = await asyncio.start_server(
-                functools.partial(self._connection, None, listener),
+            server = await loop.create_server(
+                functools.partial(self._protocol, None, listener),
                 listener.host,
                 listener.port,
                 ssl=self.security.context_for(listener),
@@ -177,8 +183,8 @@ class Gateway:
             server = self._broker_servers.get(node_id)
             if server is None:
                 port = 0 if self._listen_port == 0 else self._listen_port + 1 + node_id
-                server = await asyncio.start_server(
-                    functools.partial(self._connection, node_id, None),
+                server = await asyncio.get_running_loop().create_server(
+                    functools.partial(self._protocol, node_id, None),
                     self.host,
                     port,
                     ssl=self.security.context_for(None),
@@ -215,125 +221,92 @@ class Gateway:
         self._stopping = True
         for server in servers:
             server.close()
+        connections = list(self._open)
+        for connection in connections:
+            connection.stop()
         for task in list(self._handlers):
             task.cancel()
         await asyncio.gather(*self._handlers, return_exceptions=True)
+        if connections:  # a client that reads nothing more is not waited for long
+            lost = [c.lost for c in connections]
+            _, unflushed = await asyncio.wait(lost, timeout=STOP_FLUSH_S)
+            for connection in connections:
+                if not connection.lost.done() and connection.transport is not None:
+                    connection.transport.abort()
+            if unflushed:
+                await asyncio.wait(lost)
+        await asyncio.gather(*self._handlers, return_exceptions=True)  # upstream links closing
         for server in servers:
             await server.wait_closed()
         if self.upstream is not None:
             await self.upstream.stop()
         await self.backend.stop()
 
-    async def _connection(
-        self,
-        node_id: int | None,
-        listener: Listener | None,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
-    ) -> None:
-        task = asyncio.current_task()
-        if task is not None:
-            self._handlers.add(task)
+    # --- connections (coordinator.gateway.connection) --------------------------------------
+
+    def _protocol(self, node_id: int | None, listener: Listener | None) -> Connection:
+        return Connection(self, node_id, listener)
+
+    def opened(self, connection: Connection) -> None:
         self.connections += 1
+        self._open.add(connection)
         if self.metrics is not None:
             self.metrics.opened()
-        bad_input = False
-        peer = writer.get_extra_info("peername")
-        client_host = f"/{peer[0]}" if isinstance(peer, tuple) else "/unknown"
-        link = ClientLink(node_id)
-        advertised = None
-        if listener is not None:  # not the main listener: Metadata names this one
-            advertised = (listener.host, self.listener_ports[listener.name])
-        session = self.security.open_session(
-            peer, writer.get_extra_info("ssl_object"), listener, advertised
-        )
-        try:
-            await self._serve(reader, writer, client_host, link, session)
-        except FrameError as exc:
-            self.closed_for_bad_input += 1
-            bad_input = True
-            log.info("closing %s: %s", client_host, exc)
-        except (asyncio.IncompleteReadError, ConnectionError, TimeoutError):
-            pass
-        except asyncio.CancelledError:
-            pass
-        except Exception:
-            log.exception("closing %s after an internal error", client_host)
-        finally:
-            if self._stopping and writer.get_extra_info("ssl_object") is not None:
-                # no TLS close_notify exchange with a client that may never answer it
-                writer.transport.abort()
-            else:
-                writer.close()
-            with contextlib.suppress(Exception):
-                await link.close()
-            with contextlib.suppress(Exception):
-                await writer.wait_closed()
-            if task is not None:
-                self._handlers.discard(task)
-            if self.metrics is not None:
-                self.metrics.closed(bad_input)
 
-    async def _serve(
-        self,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
-        client_host: str,
-        link: ClientLink,
-        session: Session,
-    ) -> None:
+    def closed(self, connection: Connection) -> None:
+        self._open.discard(connection)
+        if connection.link.brokers:  # its connections upstream
+            self.track(asyncio.ensure_future(_quietly(connection.link.close())))
+        if self.metrics is not None:
+            self.metrics.closed(connection.bad_input)
+
+    def track(self, task: asyncio.Task[Any]) -> None:
+        """A task serving a connection, cancelled on stop."""
+        self._handlers.add(task)
+        task.add_done_callback(self._handlers.discard)
+
+    async def answer(self, frame: bytes, connection: Connection) -> bytes | None:
+        """The framed answer to one request frame (without its size prefix), None when Kafka
+        sends none. Raises FrameError for a frame to close the connection on."""
+        started = time.perf_counter()
         metrics = self.metrics
+        session = connection.session
+        assert session is not None
+        if not session.authenticated:  # SASL: ApiVersions and the exchange only
+            outcome = session.receive(frame)
+            if outcome.result is not None and metrics is not None:
+                metrics.authenticated(session.mechanism or "", outcome.result)
+            if outcome.delay_s:
+                await asyncio.sleep(outcome.delay_s)
+            if outcome.close:
+                connection.close_after_answer = True
+            if outcome.close or not outcome.serve:
+                return outcome.reply
+        api_key = codec.peek_header(frame)[0]
         upstream = self.upstream
-        while True:
-            # asyncio.timeout, not wait_for: no task per read (a third of wait_for's cost).
-            async with asyncio.timeout(self.idle_timeout_s):
-                prefix = await reader.readexactly(4)
-            (size,) = struct.unpack(">i", prefix)
-            # before SASL completes, Kafka's sasl.server.max.receive.size bounds a frame
-            limit = self.max_request_bytes if session.authenticated else SASL_MAX_RECEIVE_BYTES
-            if size < 0 or size > limit or (size < 8 and session.authenticated):
-                raise FrameError(f"frame size {size} outside 8..{limit}")
-            async with asyncio.timeout(self.idle_timeout_s):
-                frame = await reader.readexactly(size)
-            started = time.perf_counter()
-            if not session.authenticated:  # SASL: ApiVersions and the exchange only
-                outcome = session.receive(frame)
-                if outcome.result is not None and metrics is not None:
-                    metrics.authenticated(session.mechanism or "", outcome.result)
-                if outcome.delay_s:
-                    await asyncio.sleep(outcome.delay_s)
-                if outcome.reply is not None:
-                    writer.write(outcome.reply)
-                    await writer.drain()
-                if outcome.close:
-                    return
-                if not outcome.serve:
-                    continue
-            api_key = codec.peek_header(frame)[0]
-            if upstream is not None and upstream.routes(api_key):
-                forwarded = await upstream.serve(link, frame, session)
-                if forwarded is not LOCAL:  # LOCAL: the log topic, answered below
-                    if metrics is not None:  # the broker's answer is passed on, not decoded
-                        metrics.answered(api_key, None, time.perf_counter() - started)
-                    if forwarded is not None:
-                        writer.write(forwarded)
-                        await writer.drain()
-                    continue
-            request = codec.decode_request(frame)
-            answer = await enforce.dispatch(self._ctx, request, client_host, session)
-            if answer is None:
-                if metrics is not None:
-                    metrics.answered(request.api_key, None, time.perf_counter() - started)
-                continue
-            # ApiVersions above its range is answered in v0 (request.body is None).
-            version = 0 if request.body is None else request.api_version
-            response = codec.encode_response(
-                request.api_key, version, request.correlation_id, answer
-            )
-            if metrics is not None:  # before the client can see the answer
-                metrics.answered(request.api_key, answer, time.perf_counter() - started)
-            writer.write(response)
-            await writer.drain()
+        if upstream is not None and upstream.routes(api_key):
+            forwarded = await upstream.serve(connection.link, frame, session)
+            if forwarded is not LOCAL:  # LOCAL: the log topic, answered below
+                if metrics is not None:  # the broker's answer is passed on, not decoded
+                    metrics.answered(api_key, None, time.perf_counter() - started)
+                return forwarded
+        request = codec.decode_request(frame)
+        answer = await enforce.dispatch(self._ctx, request, connection.client_host, session)
+        if answer is None:
+            if metrics is not None:
+                metrics.answered(request.api_key, None, time.perf_counter() - started)
+            return None
+        # ApiVersions above its range is answered in v0 (request.body is None).
+        version = 0 if request.body is None else request.api_version
+        response = codec.encode_response(request.api_key, version, request.correlation_id, answer)
+        if metrics is not None:  # before the client can see the answer
+            metrics.answered(request.api_key, answer, time.perf_counter() - started)
+        return response
+
+
+async def _quietly(closing: Coroutine[Any, Any, None]) -> None:
+    with contextlib.suppress(Exception):
+        await closing
 
 
 async def run(
