@@ -400,8 +400,11 @@ class EmbeddedBackend:
         while True:
             deadline = self.engine.next_deadline()
             timeout = None if deadline is None else max(0.0, (deadline - wall_clock_ms()) / 1000)
+            # asyncio.timeout, not wait_for: Python 3.11's wait_for loses a cancel that lands
+            # as the wait ends (a request woke it just before stop), and stop waited forever
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout)
+                async with asyncio.timeout(timeout):
+                    await self._wake.wait()
             self._wake.clear()
             self._emit(self.engine.advance(wall_clock_ms()))
 
