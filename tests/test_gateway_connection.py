@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import struct
+import threading
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -19,6 +20,7 @@ from coordinator.gateway.connection import Connection
 from coordinator.gateway.embedded import EmbeddedBackend
 from coordinator.gateway.server import Gateway
 from tests.gateway_support import REQUESTS, TOPICS, Running, read_frame
+from tests.gateway_support import until as until_true
 
 
 class FakeTransport:
@@ -302,3 +304,26 @@ def test_a_bad_size_prefix_split_anywhere_closes_only_that_connection(cut: int):
         assert len(healthy.answers()) == 4
 
     run(test)
+
+
+@pytest.mark.slow
+def test_a_client_that_does_not_read_its_answers_pauses_reading_until_it_does():
+    running = Running()
+    try:
+        with socket.create_connection(("127.0.0.1", running.port), timeout=30) as sock:
+            # answers of ~20 MB: beyond the kernel's buffers and the transport's
+            rounds = 25_000
+            sender = threading.Thread(target=sock.sendall, args=(STREAM * rounds,), daemon=True)
+            sender.start()
+            assert until_true(
+                lambda: any(c.reading_paused for c in list(running.gateway._open)), 60
+            )
+            got = [read_frame(sock) for _ in range(4 * rounds)]
+            sender.join(30)
+            assert not sender.is_alive()
+            assert correlation_ids([f for f in got if f is not None]) == [1, 2, 3, 4] * rounds
+            assert until_true(
+                lambda: not any(c.reading_paused for c in list(running.gateway._open)), 30
+            )
+    finally:
+        running.stop()
