@@ -221,13 +221,14 @@ class Gateway:
         self._stopping = True
         for server in servers:
             server.close()
-        connections = list(self._open)
-        for connection in connections:
-            connection.stop()
-        for task in list(self._handlers):
-            task.cancel()
-        await asyncio.gather(*self._handlers, return_exceptions=True)
-        if connections:  # a client that reads nothing more is not waited for long
+        while self._open:  # (one accepted as the listeners closed is stopped on opening)
+            connections = list(self._open)
+            for connection in connections:
+                connection.stop()
+            for task in list(self._handlers):
+                task.cancel()
+            await asyncio.gather(*self._handlers, return_exceptions=True)
+            # a client that reads nothing more is not waited for long
             lost = [c.lost for c in connections]
             _, unflushed = await asyncio.wait(lost, timeout=STOP_FLUSH_S)
             for connection in connections:
@@ -252,6 +253,8 @@ class Gateway:
         self._open.add(connection)
         if self.metrics is not None:
             self.metrics.opened()
+        if self._stopping:  # accepted as the listeners closed
+            connection.stop()
 
     def closed(self, connection: Connection) -> None:
         self._open.discard(connection)
