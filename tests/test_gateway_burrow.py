@@ -70,11 +70,17 @@ def zookeeper_classpath() -> str:
     return os.pathsep.join(chosen)
 
 
-def answers_ruok(port: int) -> bool:
+def serves_sessions(port: int) -> bool:
+    """Whether ZooKeeper serves sessions: ``srvr`` names its mode once it does. (``ruok``
+    answers ``imok`` as soon as the process runs, before it serves: Burrow connecting then
+    had its session closed, "Authentication failed: EOF", and exited.)"""
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=2) as sock:
-            sock.sendall(b"ruok")
-            return sock.recv(4) == b"imok"
+            sock.sendall(b"srvr")
+            answer = b""
+            while chunk := sock.recv(4096):
+                answer += chunk
+            return b"Mode: " in answer
     except OSError:
         return False
 
@@ -90,7 +96,7 @@ def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
     config = root / "zoo.cfg"
     config.write_text(
         f"tickTime=2000\ndataDir={root / 'data'}\nclientPort={port}\n"
-        "clientPortAddress=127.0.0.1\nadmin.enableServer=false\n4lw.commands.whitelist=ruok\n"
+        "clientPortAddress=127.0.0.1\nadmin.enableServer=false\n4lw.commands.whitelist=srvr\n"
     )
     with (root / "zookeeper.log").open("w") as out:
         server = subprocess.Popen(
@@ -100,7 +106,7 @@ def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
             stderr=subprocess.STDOUT,
         )  # fmt: skip
     try:
-        until(lambda: server.poll() is not None or answers_ruok(port), "ZooKeeper answers")
+        until(lambda: server.poll() is not None or serves_sessions(port), "ZooKeeper serves")
         assert server.poll() is None, (root / "zookeeper.log").read_text()
         yield port
     finally:

@@ -58,10 +58,14 @@ def test_a_group_forms_and_commits_through_a_two_executor_cluster(tmp_path):
             assert time.monotonic() < deadline, "the job did not start in 240 s"
             time.sleep(0.2)
         client = StreamClient(warehouse)
-        first = client.request(join("j1", "cluster", session_ms=30_000), timeout_s=180)
+        # The time to sync after the join is answered is bounded by the rebalance timeout,
+        # counted from the batch's clock: a batch on this cluster under load can outlast the
+        # helpers' 10 s, so the joins give a minute.
+        slow = {"session_ms": 60_000, "rebalance_timeout_ms": 60_000}
+        first = client.request(join("j1", "cluster", **slow), timeout_s=180)
         assert first["error"] == "MEMBER_ID_REQUIRED"
         member = first["member_id"]
-        joined = client.request(join("j2", "cluster", member, session_ms=30_000), timeout_s=60)
+        joined = client.request(join("j2", "cluster", member, **slow), timeout_s=60)
         assert joined["error"] is None and joined["leader"] == member
         assignments = [{"member_id": member, "assignment": ""}]
         synced = client.request(
