@@ -7,6 +7,7 @@ import json
 import os
 from collections.abc import Iterable
 from pathlib import Path
+from urllib.parse import unquote
 
 import pytest
 from hypothesis import given, settings
@@ -23,6 +24,7 @@ from coordinator.stream.source import (
     committed_offset,
     parse_sequenced,
     read_file,
+    split_runs,
 )
 
 #: A listing time for tests that set files' modification times.
@@ -38,6 +40,22 @@ def drop(inbox: Path, name: str, text: str = "{}\n", mtime_ms: int | None = None
     if mtime_ms is not None:
         os.utime(tmp, ns=(mtime_ms * 1_000_000, mtime_ms * 1_000_000))
     return tmp.rename(inbox / name)
+
+
+def rows_between(reader: InboxReader, start: dict, end: dict) -> list[tuple[str, bytes]]:
+    """The rows Spark's tasks read for the batch ``(start, end]``, task after task."""
+    rows: list[tuple[str, bytes]] = []
+    for partition in reader.partitions(start, end):
+        for batch in reader.read(partition):
+            labels, contents = batch.column(0).to_pylist(), batch.column(1).to_pylist()
+            rows.extend(zip(labels, contents, strict=True))
+    return rows
+
+
+def next_batch(reader: InboxReader, start: dict) -> tuple[list[tuple[str, bytes]], dict]:
+    """One micro-batch as Spark plans and reads it: its end at the default limit, its rows."""
+    end = reader.latestOffset(start, reader.getDefaultReadLimit())
+    return rows_between(reader, start, end), end
 
 
 def names(paths: list[Path]) -> list[str]:
@@ -157,8 +175,8 @@ def test_the_stamp_survives_the_archive_and_a_re_run(tmp_path: Path):
     clock.now_ms = T0 + 30
     reader = InboxReader(inbox, max_files=10)
     start = {"inbox_seq": 0, "inbox_files": 0}
-    rows, end = reader.read(start)
-    ((label, _),) = list(rows)
+    rows, end = next_batch(reader, start)
+    ((label, _),) = rows
     assert arrival_of(label) == T0 + 7  # from the rows' file: URI, whose "@" is escaped
     reader.commit(end)  # archived under its sequenced name
     assert [arrival_of(p.name) for p in inbox.archive.iterdir()] == [T0 + 7]  # type: ignore[union-attr]
@@ -166,7 +184,7 @@ def test_the_stamp_survives_the_archive_and_a_re_run(tmp_path: Path):
     rerun = InboxReader(
         SequencedInbox(inbox.inbox, inbox.archive, "archive", Clock(T0 + 9_000)), 10
     )
-    assert [arrival_of(row[0]) for row in rerun.readBetweenOffsets(start, end)] == [T0 + 7]
+    assert [arrival_of(row[0]) for row in rows_between(rerun, start, end)] == [T0 + 7]
 
 
 def test_a_file_sequenced_by_an_older_release_has_no_arrival(inbox: SequencedInbox):
@@ -291,19 +309,58 @@ def test_the_reader_speaks_spark_offsets(tmp_path: Path):
     start = reader.initialOffset()
     assert start == {"inbox_seq": 0, "inbox_files": 0}
     drop(inbox.inbox, "a.jsonl", "one\n")
-    rows, end = reader.read(start)
-    rows = list(rows)
+    rows, end = next_batch(reader, start)
     assert end == {"inbox_seq": 1, "inbox_files": 1, "inbox_horizon_ms": T0}
     assert [content for _, content in rows] == [b"one\n"]
     assert rows[0][0].startswith("file:///") and rows[0][0].endswith("-a.jsonl")
-    assert list(reader.readBetweenOffsets(start, end)) == rows
-    assert reader.read(end)[1] == end  # nothing new, no time passed: the offset stays
+    assert rows_between(reader, start, end) == rows
+    assert next_batch(reader, end)[1] == end  # nothing new, no time passed: the offset stays
     clock.now_ms += 200
-    assert reader.read(end)[1] == {**end, "inbox_horizon_ms": T0 + 200}  # the clock moves
+    assert next_batch(reader, end)[1] == {**end, "inbox_horizon_ms": T0 + 200}  # the clock moves
     reader.commit(end)
     assert numbered(inbox.archive.iterdir()) == [(1, "a.jsonl")]  # type: ignore[union-attr]
     with pytest.raises(ValueError, match="rebuild"):
-        reader.read({"logOffset": 3})  # an older release's file source offset
+        next_batch(reader, {"logOffset": 3})  # an older release's file source offset
+
+
+def test_a_batch_is_read_by_several_tasks_in_sequence_order(tmp_path: Path):
+    inbox = SequencedInbox(tmp_path / "inbox", None, "off", Clock())
+    reader = InboxReader(inbox, max_files=5, read_tasks=2)
+    start = reader.initialOffset()
+    for i in range(7):
+        drop(inbox.inbox, f"{i}.jsonl", f"{i}\n")
+    # The default limit is job.max.files.per.trigger: five files now, two left waiting.
+    partitions = reader.partitions(
+        start, end := reader.latestOffset(start, reader.getDefaultReadLimit())
+    )
+    assert [len(p.files) for p in partitions] == [3, 2]
+    rows = rows_between(reader, start, end)
+    assert [content for _, content in rows] == [f"{i}\n".encode() for i in range(5)]
+    assert [parse_sequenced(unquote(label.rpartition("/")[2])) for label, _ in rows] == [
+        (i + 1, f"{i}.jsonl") for i in range(5)
+    ]
+    # Spark's "all available" (a trigger that drains) takes the rest, whatever the option says.
+    from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxFiles
+
+    assert reader.latestOffset(end, ReadMaxFiles(1))["inbox_seq"] == 6
+    last = reader.latestOffset(end, ReadAllAvailable())
+    assert [c for _, c in rows_between(reader, end, last)] == [b"5\n", b"6\n"]
+    # One task per file at most, none for an empty batch.
+    assert [len(p.files) for p in InboxReader(inbox, 5, read_tasks=9).partitions(start, end)] == [
+        1
+    ] * 5
+    assert reader.partitions(last, last) == []
+    with pytest.raises(ValueError, match="readTasks"):
+        InboxReader(inbox, 5, read_tasks=0)
+
+
+@given(st.integers(0, 40), st.integers(1, 12))
+def test_split_runs_keeps_order_and_balance(count: int, parts: int):
+    items = list(range(count))
+    runs = split_runs(items, parts)
+    assert [i for run in runs for i in run] == items
+    assert all(runs) and len(runs) == min(parts, count)
+    assert not runs or max(map(len, runs)) - min(map(len, runs)) <= 1
 
 
 def test_committed_offset_is_read_from_the_last_committed_batch(tmp_path: Path):
@@ -366,12 +423,12 @@ def test_the_initial_offset_is_kept_for_a_rerun_of_the_first_batch(inbox: Sequen
     drop(inbox.inbox, "a.jsonl")
     reader = InboxReader(inbox, 10, kept)
     start = reader.initialOffset()
-    _, end = reader.read(start)
+    _, end = next_batch(reader, start)
     # The first batch's files moved on before Spark re-runs it and asks for the start again.
     inbox.release(Offset.of(end).seq)
     again = InboxReader(SequencedInbox(inbox.inbox, inbox.archive, "archive"), 10, kept)
     assert again.initialOffset() == start
-    assert len(list(again.readBetweenOffsets(again.initialOffset(), end))) == 1
+    assert len(rows_between(again, again.initialOffset(), end)) == 1
 
 
 def test_numbers_continue_past_the_offset_spark_holds(tmp_path: Path):

@@ -83,6 +83,9 @@ class JobSettings:
     sink_write: str = "driver"
     #: Request files per micro-batch, at most (:mod:`coordinator.stream.source`).
     max_files_per_trigger: int = 1000
+    #: How many Spark tasks read one micro-batch's request files, each a run of consecutive
+    #: files (0 = one per core of the cluster, Spark's default parallelism).
+    source_read_tasks: int = 0
     #: The longest inbox line read as a request, in bytes (Kafka's ``max.request.size``
     #: default): a longer one is answered INVALID_REQUEST (or rejected) without being parsed.
     max_request_bytes: int = 1_048_576
@@ -154,6 +157,7 @@ class JobSettings:
             if getattr(self, name) < 1:
                 raise ValueError(f"job.{name.replace('_', '.')} must be >= 1")
         for name in (
+            "source_read_tasks",
             "compact_every_batches",
             "checkpoint_every_batches",
             "vacuum_every_batches",

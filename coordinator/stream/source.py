@@ -67,9 +67,9 @@ sequenced name, ``delete`` deletes it, ``off`` leaves it in ``_sequenced/``.
 
 :class:`SequencedInbox` is plain Python (no Spark), tested on its own; :class:`InboxDataSource`
 is the Spark 4 Python data source around it (``spark.dataSource.register``, then
-``readStream.format("coordinator_inbox")``). The reader runs in a Python process of the
-driver, so ``PYSPARK_PYTHON`` must be the interpreter with this package
-(:func:`coordinator.stream.job.prepare_environment`).
+``readStream.format("coordinator_inbox")``). It plans in a Python process of the driver and
+reads in Spark's tasks, so ``PYSPARK_PYTHON`` must be the interpreter with this package,
+on the driver and the executors (:func:`coordinator.stream.job.prepare_environment`).
 """
 
 from __future__ import annotations
@@ -459,16 +459,20 @@ def committed_offset(checkpoint: Path) -> Offset | None:
 # --- the Spark data source --------------------------------------------------------------------
 
 try:
-    from pyspark.sql.datasource import DataSource, SimpleDataSourceStreamReader
+    from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+    from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxFiles
 except ImportError:  # pragma: no cover - the engine's users need no Spark
     DataSource = object  # type: ignore[assignment,misc]
-    SimpleDataSourceStreamReader = object  # type: ignore[assignment,misc]
+    DataSourceStreamReader = object  # type: ignore[assignment,misc]
+    InputPartition = object  # type: ignore[assignment,misc]
+    ReadLimit = ReadAllAvailable = ReadMaxFiles = object  # type: ignore[assignment,misc]
 
 
 class InboxDataSource(DataSource):
     """``readStream.format("coordinator_inbox").option("path", inbox)`` with options
-    ``archive`` (directory), ``clean`` (archive, delete, off), ``maxFilesPerTrigger`` and
-    ``initialOffsetFile`` (where the query's first offset is kept: in its checkpoint)."""
+    ``archive`` (directory), ``clean`` (archive, delete, off), ``maxFilesPerTrigger``,
+    ``readTasks`` (how many tasks read one batch's files; default 1) and ``initialOffsetFile``
+    (where the query's first offset is kept: in its checkpoint)."""
 
     @classmethod
     def name(cls) -> str:
@@ -477,7 +481,7 @@ class InboxDataSource(DataSource):
     def schema(self) -> str:
         return SOURCE_SCHEMA
 
-    def simpleStreamReader(self, schema: Any) -> InboxReader:
+    def streamReader(self, schema: Any) -> InboxReader:
         options = self.options
         initial = options.get("initialOffsetFile")
         inbox = SequencedInbox(
@@ -490,18 +494,41 @@ class InboxDataSource(DataSource):
             inbox,
             int(options.get("maxFilesPerTrigger", 1000)),
             Path(initial) if initial else None,
+            read_tasks=int(options.get("readTasks", 1)),
         )
 
 
-class InboxReader(SimpleDataSourceStreamReader):
-    """Spark's side of :class:`SequencedInbox` (runs in a Python process of the driver; a
-    re-run batch may be read by an executor)."""
+@dataclass(frozen=True)
+class InboxFiles(InputPartition):
+    """One read task's share of a batch: consecutive files in sequence order, as (the
+    sequenced file's ``file:`` URI, the path its bytes are read from)."""
+
+    files: tuple[tuple[str, str], ...]
+
+
+class InboxReader(DataSourceStreamReader):
+    """Spark's side of :class:`SequencedInbox`. The driver's Python process plans: it sequences
+    the new files and ends the batch (:meth:`latestOffset`), then splits the batch's files
+    into ``read_tasks`` runs of consecutive files (:meth:`partitions`); Spark's tasks read
+    the bytes (:meth:`read`), on the executors. A re-run plans the same files from the
+    offsets (:meth:`SequencedInbox.between`), wherever they are by then.
+
+    (Spark's simple reader, which this replaced, reads every byte in the driver's Python and
+    hands the whole batch to one task: the request lines were then split, parsed and keyed
+    by one core, and on a cluster every request went through the driver.)"""
 
     def __init__(
-        self, inbox: SequencedInbox, max_files: int, initial_file: Path | None = None
+        self,
+        inbox: SequencedInbox,
+        max_files: int,
+        initial_file: Path | None = None,
+        read_tasks: int = 1,
     ) -> None:
+        if read_tasks < 1:
+            raise ValueError(f"readTasks must be at least 1, got {read_tasks}")
         self.inbox = inbox
         self.max_files = max_files
+        self.read_tasks = read_tasks
         #: Where the checkpoint's initial offset is kept. Spark asks for it again to re-run
         #: batch 0, and by then the files it was computed from may have moved on.
         self.initial_file = initial_file
@@ -518,15 +545,49 @@ class InboxReader(SimpleDataSourceStreamReader):
             os.replace(tmp, self.initial_file)
         return offset
 
-    def read(self, start: dict[str, Any]) -> tuple[Iterator[tuple[str, bytes]], dict[str, int]]:
-        files, end = self.inbox.next_batch(Offset.of(start), self.max_files)
-        return iter([read_file(path) for path in files]), end.json()
+    def getDefaultReadLimit(self) -> Any:
+        return ReadMaxFiles(self.max_files)
 
-    def readBetweenOffsets(
-        self, start: dict[str, Any], end: dict[str, Any]
-    ) -> Iterator[tuple[str, bytes]]:
-        files = self.inbox.between(Offset.of(start), Offset.of(end))
-        return iter([read_file(label, path) for label, path in files])
+    def latestOffset(self, start: dict[str, Any], limit: Any = None) -> dict[str, Any]:
+        """Sequence what arrived and end the batch after at most the limit's files (all of
+        them for ``ReadAllAvailable``, as Spark asks; ``job.max.files.per.trigger`` otherwise)."""
+        most = self.max_files
+        if isinstance(limit, ReadMaxFiles):
+            most = limit.max_files
+        elif isinstance(limit, ReadAllAvailable):
+            most = 1 << 62
+        _, end = self.inbox.next_batch(Offset.of(start), most)
+        return end.json()
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InboxFiles]:
+        files = [
+            (label.absolute().as_uri(), str(path))
+            for label, path in self.inbox.between(Offset.of(start), Offset.of(end))
+        ]
+        return [InboxFiles(tuple(run)) for run in split_runs(files, self.read_tasks)]
+
+    def read(self, partition: InboxFiles) -> Iterator[Any]:  # type: ignore[override]
+        import pyarrow as pa
+
+        labels = [label for label, _ in partition.files]
+        contents = [Path(path).read_bytes() for _, path in partition.files]
+        yield pa.RecordBatch.from_arrays(
+            [pa.array(labels, pa.string()), pa.array(contents, pa.binary())],
+            names=["source_file", "content"],
+        )
 
     def commit(self, end: dict[str, Any]) -> None:
         self.inbox.release(Offset.of(end).seq)
+
+
+def split_runs(items: list[Any], parts: int) -> list[list[Any]]:
+    """``items`` as at most ``parts`` runs of consecutive items, in order, as even as can be
+    (none empty; none at all for no items)."""
+    parts = max(1, min(parts, len(items)))
+    size, extra = divmod(len(items), parts)
+    runs, at = [], 0
+    for index in range(parts):
+        count = size + (1 if index < extra else 0)
+        runs.append(items[at : at + count])
+        at += count
+    return [run for run in runs if run]
