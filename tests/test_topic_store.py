@@ -142,15 +142,16 @@ def test_a_batch_offset_carries_the_newest_topics_version_when_it_was_planned(
     inbox = SequencedInbox(tmp_path / "inbox", None, "off", topics_dir=d)
     reader = InboxReader(inbox, 10)
     start = reader.initialOffset()
-    assert "topics_version" not in reader.read(start)[1]  # no store yet: as an older release
+    limit = reader.getDefaultReadLimit()
+    assert "topics_version" not in reader.latestOffset(start, limit)  # no store yet: as an older release
     store.append(d, topics(t=2), "test")
     store.append(d, topics(t=3), "test")
-    end = reader.read(start)[1]
+    end = reader.latestOffset(start, limit)
     assert end["topics_version"] == 1
     assert Offset.of(end).topics_version == 1 and Offset.of(end) == Offset.of(start)
     # Never back, even if the store were taken back (a restored warehouse).
     (d / f"{1:016d}.json").unlink()
-    assert reader.read(end)[1]["topics_version"] == 1
+    assert reader.latestOffset(end, limit)["topics_version"] == 1
     # An offset of an older checkpoint has none: the seed.
     assert Offset.of({"inbox_seq": 5, "inbox_files": 5}).topics_version is None
 
