@@ -143,7 +143,9 @@ def test_a_batch_offset_carries_the_newest_topics_version_when_it_was_planned(
     reader = InboxReader(inbox, 10)
     start = reader.initialOffset()
     limit = reader.getDefaultReadLimit()
-    assert "topics_version" not in reader.latestOffset(start, limit)  # no store yet: as an older release
+    assert "topics_version" not in reader.latestOffset(
+        start, limit
+    )  # no store yet: as an older release
     store.append(d, topics(t=2), "test")
     store.append(d, topics(t=3), "test")
     end = reader.latestOffset(start, limit)
