@@ -497,7 +497,7 @@ def test_the_floors_answer_every_line_none_in_the_jobs_output_schema():
 
 
 @pytest.mark.slow
-def test_the_capacity_bench_steps_the_two_floors_through_the_job_sink(spark: Any):
+def test_the_capacity_bench_steps_the_two_floors_through_the_job_sink(spark: Any, tmp_path: Path):
     options = bench.StreamBenchOptions.quick(
         modes=("stateless", "floor-shard"),
         capacity_rates=(20.0,),
@@ -505,9 +505,14 @@ def test_the_capacity_bench_steps_the_two_floors_through_the_job_sink(spark: Any
         warmup_seconds=2.0,
         drain_seconds=30.0,
         probes=0,
+        warehouse=str(tmp_path),
     )
     result = bench.stream_bench(options, spark=spark)
     for mode in ("stateless", "floor-shard"):
+        # Spark's progress of every batch is kept beside the mode's warehouse.
+        progress = Path(result["warehouse"]) / mode / bench.PROGRESS_FILE
+        batches = [json.loads(line) for line in progress.read_text().splitlines()]
+        assert batches and all("durationMs" in b for b in batches), mode
         figures = result["modes"][mode]
         assert figures["backlog"]["unanswered_after_drain"] == 0, mode
         assert figures["errors"] == {"NONE": figures["errors"]["NONE"]}, mode

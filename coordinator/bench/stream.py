@@ -1051,6 +1051,10 @@ def mode_arrow_batch(mode: str, options: StreamBenchOptions) -> int | None:
     return None if mode in FLOORS else options.arrow_batch
 
 
+#: Each mode's ``query.recentProgress``, one JSON object a line, beside its warehouse.
+PROGRESS_FILE = "progress.jsonl"
+
+
 def run_mode(
     spark: Any,
     mode: str,
@@ -1155,6 +1159,11 @@ def run_mode(
             load.stop()
         load.check()
         progress = [json.loads(p.json) for p in running.query.recentProgress]
+        # Kept with the mode's warehouse (--warehouse): where each batch's time went, by
+        # Spark's phases (durationMs) and its state operator's figures.
+        (root / mode / PROGRESS_FILE).write_text(
+            "".join(json.dumps(p) + "\n" for p in progress), encoding="utf-8"
+        )
     finally:
         running.stop()
     say(f"[{mode}] done in {time.time() - started:.0f} s")
