@@ -119,6 +119,38 @@ def form_group(c: RunningCoordinator, group: str, n: int, session_ms: int = SESS
     return generation, ids
 
 
+def wait_until_ready(job_process: Any, log: Path, timeout_s: float = 240) -> None:
+    """Wait for a job started as a process to say it answered its first batch (members meet the
+    job then: a cold start's first batch on a loaded cluster can outlast a session)."""
+    deadline = time.monotonic() + timeout_s
+    while "coordinator ready" not in log.read_text(errors="replace"):
+        assert job_process.poll() is None, log.read_text(errors="replace")[-3000:]
+        assert time.monotonic() < deadline, f"the job did not start in {timeout_s:g} s"
+        time.sleep(0.2)
+
+
+def one_member_commits_and_reads_back(client: Any, group: str) -> None:
+    """Through a running job's client: one member joins ``group`` (KIP-394's two steps),
+    syncs, heartbeats, commits offset 7 of partition 0 and fetches it back. The time to sync
+    after the join is answered is bounded by the rebalance timeout, counted from the batch's
+    clock: a batch on a loaded cluster can outlast this module's 10 s, so the joins give a
+    minute."""
+    slow = {"session_ms": 60_000, "rebalance_timeout_ms": 60_000}
+    first = client.request(join("j1", group, **slow), timeout_s=180)
+    assert first["error"] == "MEMBER_ID_REQUIRED"
+    member = first["member_id"]
+    joined = client.request(join("j2", group, member, **slow), timeout_s=60)
+    assert joined["error"] is None and joined["leader"] == member
+    generation = joined["generation_id"]
+    assignments = [{"member_id": member, "assignment": ""}]
+    synced = client.request(sync("s1", group, member, generation, assignments), timeout_s=60)
+    assert synced["error"] is None
+    assert client.request(heartbeat("h1", group, member, generation))["error"] is None
+    answer = client.request(commit("c1", group, member, generation, {0: 7}))
+    assert answer["partitions"][0]["error"] is None
+    assert client.request(fetch("f1", group))["partitions"][0]["offset"] == 7
+
+
 @pytest.fixture
 def coordinator(spark, tmp_path, request):
     mode = getattr(request, "param", "group")

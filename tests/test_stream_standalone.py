@@ -22,7 +22,6 @@ import os
 import re
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -33,7 +32,7 @@ from coordinator.stream.client import StreamClient
 from coordinator.stream.schema import CONSUMER_OFFSETS, RESPONSES
 from tests.test_executor_writes import written_by_the_tasks
 from tests.test_kill_recovery import kill_loop
-from tests.test_stream_job import commit, fetch, heartbeat, join, sync
+from tests.test_stream_job import one_member_commits_and_reads_back, wait_until_ready
 
 pytestmark = pytest.mark.slow
 
@@ -77,30 +76,9 @@ def test_a_group_forms_and_commits_with_writes_on_the_executors(
     with log.open("w") as out:
         job = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
     try:
-        deadline = time.monotonic() + 240
-        while "coordinator ready" not in log.read_text(errors="replace"):
-            assert job.poll() is None, log.read_text(errors="replace")[-3000:]
-            assert time.monotonic() < deadline, "the job did not start in 240 s"
-            time.sleep(0.2)
+        wait_until_ready(job, log)
         client = StreamClient(warehouse)
-        # A batch on a loaded cluster can take longer than the helpers' 10 s rebalance timeout,
-        # which bounds the time to sync after the join is answered: give it a minute.
-        slow = {"session_ms": 60_000, "rebalance_timeout_ms": 60_000}
-        first = client.request(join("j1", "standalone", **slow), timeout_s=180)
-        assert first["error"] == "MEMBER_ID_REQUIRED"
-        member = first["member_id"]
-        joined = client.request(join("j2", "standalone", member, **slow), timeout_s=60)
-        assert joined["error"] is None and joined["leader"] == member
-        generation = joined["generation_id"]
-        assignments = [{"member_id": member, "assignment": ""}]
-        synced = client.request(
-            sync("s1", "standalone", member, generation, assignments), timeout_s=60
-        )
-        assert synced["error"] is None
-        assert client.request(heartbeat("h1", "standalone", member, generation))["error"] is None
-        answer = client.request(commit("c1", "standalone", member, generation, {0: 7}))
-        assert answer["partitions"][0]["error"] is None
-        assert client.request(fetch("f1", "standalone"))["partitions"][0]["offset"] == 7
+        one_member_commits_and_reads_back(client, "standalone")
         listed = client.request({"api": "list_groups", "request_id": "l1"}, timeout_s=60)
         assert [g["group_id"] for g in listed["groups"]] == ["standalone"]
     finally:
