@@ -778,6 +778,35 @@ async def consumer_group_describe(
     return {"throttle_time": 0, "groups": groups}
 
 
+#: The APIs whose handler hands the back end one request dict and awaits nothing else (enforce's
+#: checks included): a pipelining back end may be handed the requests read behind them before
+#: they are answered (:mod:`coordinator.gateway.connection`). Not DescribeGroups, DeleteGroups,
+#: ConsumerGroupDescribe (a request dict per group, one after the other), nor OffsetFetch v8+ with
+#: several groups (:func:`submits_once`).
+SINGLE_SUBMIT = frozenset(
+    {
+        codec.HEARTBEAT,
+        codec.OFFSET_COMMIT,
+        codec.OFFSET_FETCH,
+        codec.JOIN_GROUP,
+        codec.SYNC_GROUP,
+        codec.LEAVE_GROUP,
+        codec.CONSUMER_GROUP_HEARTBEAT,
+        codec.LIST_GROUPS,
+        codec.OFFSET_DELETE,
+    }
+)
+
+
+def submits_once(req: DecodedRequest) -> bool:
+    """Whether answering ``req`` hands the back end one request dict at most (SINGLE_SUBMIT)."""
+    if req.api_key not in SINGLE_SUBMIT or req.body is None:
+        return False
+    if req.api_key == codec.OFFSET_FETCH and req.api_version >= 8:
+        return len(codec.plain(req.body)["groups"]) == 1
+    return True
+
+
 Handler = Callable[..., Awaitable[dict[str, Any] | None]]
 
 HANDLERS: dict[int, Handler] = {

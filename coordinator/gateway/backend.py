@@ -16,6 +16,11 @@ from coordinator.requests import failed_response
 
 
 class Backend(Protocol):
+    #: True when the back end applies the requests it is handed in the order :meth:`submit`
+    #: was called, whatever waits: a connection may then hand it the requests read behind one
+    #: whose answer waits (:mod:`coordinator.gateway.connection`, "Pipelined dispatch").
+    pipelines_requests: bool
+
     async def start(self, node: CoordinatorNode) -> None:
         """Get ready to serve as ``node`` (the gateway's own host and port)."""
         ...

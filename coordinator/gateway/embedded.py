@@ -77,6 +77,11 @@ _UNKNOWN: dict[str, Any] = {}
 
 
 class EmbeddedBackend:
+    #: Most requests are answered at once, within the read; the few that wait (a parked join,
+    #: a commit waiting for its log write) keep a Kafka broker's one request at a time on
+    #: their connection (connection module doc).
+    pipelines_requests = False
+
     def __init__(
         self,
         config: CoordinatorConfig | None = None,

@@ -92,6 +92,11 @@ class JobBackend:
     async def _call(self, fn: Any, *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self._executor, partial(fn, *args))
 
+    #: ``submit`` appends to the next inbox file before it awaits, and the job applies a
+    #: group's requests in (file, line) order: a connection's requests reach the job in the
+    #: order sent even while earlier ones wait for their batch (connection module doc).
+    pipelines_requests = True
+
     #: The job's topic store outlives this gateway: a gateway with no topics of its own (no
     #: ``--topic``, no upstream) leaves it as others wrote it.
     keeps_topics = True

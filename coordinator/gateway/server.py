@@ -1,10 +1,13 @@
-"""The asyncio TCP server: Kafka's framing, one request at a time per connection.
+"""The asyncio TCP server: Kafka's framing, answers in request order per connection.
 
 Each connection (:class:`~coordinator.gateway.connection.Connection`, an ``asyncio.Protocol``)
 splits ``INT32 size`` + frame out of what it reads and serves its requests one at a time, as a
 Kafka broker does (so answers come back in request order): a request the back end answers at
 once is answered within the read, the first one that waits (a parked JoinGroup) goes on in a
-task without blocking other connections, and the frames behind it wait their turn.
+task without blocking other connections, and the frames behind it wait their turn. With a back
+end that keeps the order it is handed requests in (the Spark job's), the group APIs that hand
+it one request are pipelined instead: the frames behind them are served while they wait, their
+answers still written in request order (the connection module's "Pipelined dispatch").
 
 Kafka's answers to bad input: a frame larger than ``max_request_bytes`` (Kafka's
 ``socket.request.max.bytes``) or smaller than a header, an unknown API key, a version out of range
@@ -32,7 +35,7 @@ import contextlib
 import functools
 import logging
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 from coordinator.engine import CoordinatorNode, GroupCoordinator
@@ -121,6 +124,12 @@ class Gateway:
         self._broker_servers: dict[int, asyncio.Server] = {}
         self._listener_lock = asyncio.Lock()
         self._stopping = False
+        #: Pipelined dispatch (:mod:`coordinator.gateway.connection`): a back end that keeps
+        #: the order it is handed requests in, and not upstream mode (a task per request).
+        self.pipelines = upstream is None and backend.pipelines_requests
+        #: request dicts handed to the back end so far (counted only when pipelining): a
+        #: connection compares it around the first step of a request's answer
+        self.handed = 0
         #: the listeners of ``listeners`` after the main one, and their ports once listening
         self._other_servers: list[asyncio.Server] = []
         self.listener_ports: dict[str, int] = {}
@@ -168,7 +177,7 @@ class Gateway:
                 feed_topics(self._ctx.topic_list())
         await self.backend.start(node)
         await self.log_topic.refresh(force=True)
-        self._ctx.submit = self.backend.submit
+        self._ctx.submit = self._hand if self.pipelines else self.backend.submit
         self.ready = True
 
     def set_brokers(self, brokers: list[tuple[int, str, int]]) -> None:
@@ -197,6 +206,13 @@ class Gateway:
                     node_id,
                 )
             return self.host, int(server.sockets[0].getsockname()[1])
+
+    def _hand(self, request: dict[str, Any]) -> Awaitable[dict[str, Any]]:
+        """The back end's ``submit``, counted (:attr:`handed`). Handlers await it at once, so a
+        request whose answer suspends right after one such call waits inside it, its request
+        dict already in the back end's queue (``JobBackend.submit`` queues before it waits)."""
+        self.handed += 1
+        return self.backend.submit(request)
 
     async def _while_loading(self, request: dict[str, Any]) -> dict[str, Any]:
         if self.ready:  # a request read just before the switch
@@ -294,6 +310,8 @@ class Gateway:
                     metrics.answered(api_key, None, time.perf_counter() - started)
                 return forwarded
         request = codec.decode_request(frame)
+        if self.pipelines:
+            connection.submits_once = apis.submits_once(request)
         answer = await enforce.dispatch(self._ctx, request, connection.client_host, session)
         if answer is None:
             if metrics is not None:
