@@ -4,6 +4,7 @@ with the job's micro-batch run without Spark (:class:`LocalJob`), then through t
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from pathlib import Path
@@ -13,7 +14,7 @@ import pytest
 
 from coordinator.gateway import codec
 from coordinator.gateway.forwarding import JobBackend
-from tests.gateway_support import REQUESTS, Running, call, until
+from tests.gateway_support import REQUESTS, Running, call, read_frame, until
 
 COORDINATOR_NOT_AVAILABLE = 15
 COORDINATOR_LOAD_IN_PROGRESS = 14
@@ -210,6 +211,73 @@ def test_job_backend_answers_coordinator_not_available_when_the_job_is_silent(tm
         assert list((warehouse / "inbox").iterdir())  # the request is in the job's inbox
     finally:
         running.stop()
+
+
+def _back_to_back(port: int, group: str) -> list[Any]:
+    """A commit, an offset fetch and a heartbeat sent back to back on one connection (as
+    librdkafka sends on its coordinator connection), then their three answers."""
+    sent = [
+        (codec.OFFSET_COMMIT, 8, dict(REQUESTS[codec.OFFSET_COMMIT], group_id=group)),
+        (codec.OFFSET_FETCH, 7, dict(REQUESTS[codec.OFFSET_FETCH], group_id=group)),
+        (codec.HEARTBEAT, 4, dict(REQUESTS[codec.HEARTBEAT], group_id=group)),
+    ]
+    with socket.create_connection(("127.0.0.1", port), timeout=60) as sock:
+        sock.sendall(
+            b"".join(codec.encode_request(k, v, i, body) for i, (k, v, body) in enumerate(sent))
+        )
+        answers = []
+        for i, (api_key, version, _) in enumerate(sent):
+            frame = read_frame(sock)
+            assert frame is not None, "connection closed"
+            correlation_id, answer = codec.decode_response(api_key, version, frame)
+            assert correlation_id == i
+            answers.append(codec.plain(answer))
+    return answers
+
+
+def _answered_by_one_batch(warehouse: Path, port: int, group: str) -> None:
+    """The three back-to-back requests reach the job in one inbox file, in the order sent (the
+    fetch reads the commit before it), and one micro-batch answers them all."""
+    from coordinator.stream.delta_read import read_table
+    from coordinator.stream.schema import RESPONSES, Warehouse
+
+    committed, fetched, heartbeat = _back_to_back(port, group)
+    assert committed["topics"][0]["partitions"][0]["error_code"] == 0
+    assert fetched["topics"][0]["partitions"][0]["committed_offset"] == 5
+    assert heartbeat["error_code"] == 25  # UNKNOWN_MEMBER_ID: the group has no members
+    rows = read_table(Warehouse.at(warehouse).tables / RESPONSES).to_pylist()
+    batches = {(r["api"], r["batch_id"]) for r in rows if r["group_id"] == group}
+    assert len(batches) == 3 and len({batch for _, batch in batches}) == 1, batches
+
+
+def test_back_to_back_requests_on_one_connection_are_answered_by_one_batch(tmp_path: Path):
+    warehouse = tmp_path / "wh"
+    loop = LocalJobLoop(warehouse)
+    running = Running(backend=JobBackend(warehouse, poll_interval_ms=20))
+    try:
+        _answered_by_one_batch(warehouse, running.port, "back-to-back")
+        assert running.gateway.backend.files_written == 1
+    finally:
+        running.stop()
+        loop.stop()
+
+
+@pytest.mark.slow
+def test_back_to_back_requests_on_one_connection_are_answered_by_one_spark_batch(
+    spark: Any, tmp_path: Path
+):
+    """With the Spark job: a client's three requests queued on one connection are answered in
+    one micro-batch, not one batch each (pipelined dispatch, gateway connection module)."""
+    from tests.stream_support import RunningCoordinator
+
+    warehouse = tmp_path / "wh"
+    job = RunningCoordinator(spark, warehouse).start()
+    running = Running(backend=JobBackend(warehouse))
+    try:
+        _answered_by_one_batch(warehouse, running.port, "back-to-back-spark")
+    finally:
+        running.stop()
+        job.stop()
 
 
 def _consumers_form_rebalance_and_commit(port: int, group: str, wait_s: float) -> None:
