@@ -7,8 +7,12 @@ coordinator in the order sent and their answers go back in that order. Here, a r
 answer is ready at once (the engine answers synchronously: a heartbeat, a commit without a log,
 an offset fetch) is served inside ``data_received``, with no task and no trip through the event
 loop; the first request that has to wait (a JoinGroup in purgatory, a commit waiting for its log
-write, a forwarded request, a delayed failed-authentication answer) goes on in a task, and the
-frames behind it stay in the buffer until it is answered.
+write, a forwarded request, the Spark back end, a delayed failed-authentication answer) goes on
+in a task, and the frames behind it stay in the buffer until it is answered (unless pipelined,
+below).
+
+Every answer made ready while handling one read (several frames may come in one), or when a
+waiting request is answered, goes out in a single ``transport.write``.
 
 Pipelined dispatch, with a back end that keeps the order it is handed requests in (its
 ``pipelines_requests``: the Spark job's :class:`~coordinator.gateway.forwarding.JobBackend`;

@@ -83,8 +83,9 @@ class Gateway:
     ) -> None:
         """``node_id`` and ``brokers`` (node id, host, port of every node, this one included):
         one node of several (:mod:`coordinator.gateway.cluster`); by default the only one.
-        ``max_in_flight``: requests read on one connection while one of them waits, before
-        reading pauses (:mod:`coordinator.gateway.connection`)."""
+        ``max_in_flight``: requests on one connection while one of them waits (served and not
+        answered, and read behind them), before reading pauses; with a pipelining back end, also
+        the most served at once (:mod:`coordinator.gateway.connection`)."""
         self.backend = backend
         #: TLS, authentication and ACLs (:mod:`coordinator.gateway.security`); by default a
         #: PLAINTEXT listener with no authorizer, as a Kafka broker without security settings.
