@@ -15,8 +15,10 @@ from hypothesis import HealthCheck, settings
 #: and C2's compilations cost more CPU than they return. Measured on this 2-core box
 #: (``spark.range`` sums and ``applyInPandas`` 15 times): 23.4 -> 14.4 CPU seconds, 29 -> 18 s
 #: wall. The product's own JVMs (``coordinator run``, ``spark-submit``) keep C2. A value set
-#: by the caller is kept.
-os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1")
+#: by the caller is kept. C1 alone sizes the code cache at 48 MB, which the shared session of a
+#: worker filled after some 370 s of Spark tests (the JVM then stopped compiling and died on
+#: "Out of space in CodeCache for method handle intrinsic"): it gets the tiered default, 240 MB.
+os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m")
 
 settings.register_profile("dev", max_examples=60, deadline=None)
 settings.register_profile(
