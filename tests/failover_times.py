@@ -17,9 +17,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from coordinator.bench.gateway import free_port
 from coordinator.gateway import codec
 from tests.gateway_support import call, until
-from tests.test_gateway_processes import _commit, _free_ports, _group_on
+from tests.test_gateway_processes import _commit, _group_on
 
 LIMIT_S = 120
 
@@ -38,7 +39,7 @@ def fetch(port: int, group: str) -> int | None:
 
 def one_round(kind: str) -> tuple[float, float]:
     tmp = Path(tempfile.mkdtemp())
-    base = _free_ports(2)
+    base = free_port(2)
     log = tmp / "cluster.log"
     cmd = [sys.executable, "-m", "coordinator", "gateway", "--listen", f"127.0.0.1:{base}"]
     cmd += ["--gateway-conf", os.devnull, "--processes", "2", "--topic", "t:6"]

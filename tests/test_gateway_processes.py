@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -16,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from coordinator.bench.gateway import free_port
 from coordinator.gateway import codec
 from coordinator.gateway.cluster import initial_owners, reassign
 from coordinator.log.partitioning import partition_for
@@ -39,23 +39,6 @@ def test_partitions_start_round_robin_and_a_dead_node_s_move_to_the_live_ones() 
         reassign(owners, [])
 
 
-def _free_ports(count: int) -> int:
-    """A port p with p .. p + count - 1 free (checked, not reserved), below the ephemeral
-    range, where the box's outgoing connections do not take them meanwhile."""
-    import random
-
-    for _ in range(200):
-        base = random.randrange(20_000, 32_000 - count)
-        try:
-            for i in range(count):
-                with socket.socket() as s:
-                    s.bind(("127.0.0.1", base + i))
-        except OSError:
-            continue
-        return base
-    raise RuntimeError("no free port range")
-
-
 class Cluster:
     def __init__(
         self,
@@ -66,7 +49,7 @@ class Cluster:
         conf: Path | None = None,
         base: int | None = None,
     ) -> None:
-        self.base = base or _free_ports(processes)
+        self.base = base or free_port(processes)
         self.log = tmp / "cluster.log"
         cmd = [sys.executable, "-m", "coordinator", "gateway", "--embedded"]
         cmd += ["--listen", f"127.0.0.1:{self.base}", "--gateway-conf", str(conf or os.devnull)]
@@ -565,7 +548,7 @@ def test_scram_over_sasl_ssl_reaches_each_group_s_node(tmp_path: Path) -> None:
     warehouse = tmp_path / "wh"
     credential = "SCRAM-SHA-512=[name=alice,password=alice-secret,iterations=4096]"
     assert cli(["scram", "--warehouse", str(warehouse), "--add-scram", credential]) == 0
-    base = _free_ports(2)
+    base = free_port(2)
     conf = tmp_path / "gateway.properties"
     conf.write_text(
         f"listeners=SASL_SSL://127.0.0.1:{base}\n"
