@@ -22,7 +22,8 @@ SETTINGS = op.OperatorSettings(
 T = topic_id_for("t")
 
 
-def heartbeat(rid: str, member_id: str, epoch: int, **fields: Any) -> str:
+def heartbeat_request(rid: str, member_id: str, epoch: int, **fields: Any) -> dict[str, Any]:
+    """A ConsumerGroupHeartbeat of group g (epoch 0: a join subscribed to topic t)."""
     request = {
         "api": "consumer_group_heartbeat",
         "request_id": rid,
@@ -35,7 +36,11 @@ def heartbeat(rid: str, member_id: str, epoch: int, **fields: Any) -> str:
         request.update(
             rebalance_timeout_ms=30_000, subscribed_topic_names=["t"], topic_partitions=[]
         )
-    return json.dumps(request)
+    return request
+
+
+def heartbeat(rid: str, member_id: str, epoch: int, **fields: Any) -> str:
+    return json.dumps(heartbeat_request(rid, member_id, epoch, **fields))
 
 
 def lines(values: list[str]) -> list[op.InboxLine]:

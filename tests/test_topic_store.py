@@ -24,6 +24,7 @@ from coordinator.stream import topic_store as store
 from coordinator.stream.source import InboxReader, Offset, SequencedInbox
 from coordinator.topics import TopicImage, topic_id_for, uuid_from_bytes
 from tests.consumer_groups import M1, owned
+from tests.test_stream_consumer_groups import heartbeat_request as heartbeat
 
 T = topic_id_for("t")
 CONFIG = CoordinatorConfig(group_initial_rebalance_delay_ms=0)
@@ -171,22 +172,6 @@ def offset_log(directory: Path, batch_id: int, batch_ms: int, version: int | Non
     meta = {"batchWatermarkMs": 0, "batchTimestampMs": batch_ms, "conf": {}}
     text = "\n".join(["v1", json.dumps(meta), json.dumps(inbox)]) + "\n"
     (directory / str(batch_id)).write_text(text)
-
-
-def heartbeat(rid: str, member_id: str, epoch: int, **fields: Any) -> dict[str, Any]:
-    request = {
-        "api": "consumer_group_heartbeat",
-        "request_id": rid,
-        "group_id": "g",
-        "member_id": member_id,
-        "member_epoch": epoch,
-        **fields,
-    }
-    if epoch == 0:
-        request.update(
-            rebalance_timeout_ms=30_000, subscribed_topic_names=["t"], topic_partitions=[]
-        )
-    return request
 
 
 def batch(
