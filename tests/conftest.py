@@ -38,6 +38,7 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 #: the run does not end on one worker with a long file while the other idles.
 LONGEST_FIRST = (
     "test_kill_recovery.py",
+    "test_stream_standalone.py",
     "test_service.py",
     "test_ownership_processes.py",
     "test_gateway_backends.py",
