@@ -4,11 +4,14 @@ SparkSession of the run."""
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
+
+from tests import spark_cds
 
 #: The JVMs of the test run (the shared session, and every job a test starts as a subprocess,
 #: which inherits the environment) compile with C1 only: a test's JVM lives seconds to minutes,
@@ -18,7 +21,29 @@ from hypothesis import HealthCheck, settings
 #: by the caller is kept. C1 alone sizes the code cache at 48 MB, which the shared session of a
 #: worker filled after some 370 s of Spark tests (the JVM then stopped compiling and died on
 #: "Out of space in CodeCache for method handle intrinsic"): it gets the tiered default, 240 MB.
-os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m")
+#: They also map Spark's classes from a class-data-sharing archive made once per virtualenv
+#: (tests/spark_cds.py: about half the CPU of a JVM's start), which the first run makes beside
+#: its first tests (:func:`pytest_configure`).
+_OWN_JAVA_OPTIONS = "SPARK_SUBMIT_OPTS" not in os.environ
+os.environ.setdefault("SPARK_SUBMIT_OPTS", spark_cds.java_options())
+_ARCHIVE_MAKER: threading.Thread | None = None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """In the controller, when the run includes the Spark tests and the JVM options are the
+    suite's own: the class archive, made in the background unless it exists."""
+    global _ARCHIVE_MAKER
+    if hasattr(config, "workerinput") or not _OWN_JAVA_OPTIONS:
+        return
+    if "not slow" in (config.getoption("markexpr", "") or ""):
+        return
+    _ARCHIVE_MAKER = spark_cds.make_in_background()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _ARCHIVE_MAKER is not None:
+        _ARCHIVE_MAKER.join()
+
 
 settings.register_profile("dev", max_examples=60, deadline=None)
 settings.register_profile(

@@ -50,7 +50,7 @@ def archived(c: RunningCoordinator) -> int:
 FILES_PER_TRIGGER = 50
 #: ``minBatchesToRetain`` in the growth test (the job's is 100): the warm-up only has to pass
 #: it, and what it bounds (Spark's per-batch logs) is the same at any value.
-RETAINED_BATCHES = 20
+RETAINED_BATCHES = 10
 
 
 def test_the_checkpoint_does_not_grow_with_the_files_read(spark, tmp_path):
@@ -84,9 +84,9 @@ def test_the_checkpoint_does_not_grow_with_the_files_read(spark, tmp_path):
     c.start()
     try:
         # Warm-up: more batches than Spark keeps logs of, so its logs are at their bound.
-        send(FILES_PER_TRIGGER * (retained + 10))
+        send(FILES_PER_TRIGGER * (retained + 5))
         warm = size(checkpoint)
-        measured = 2000
+        measured = 1500
         send(measured)
         grown = size(checkpoint) - warm
         progress = c.running.query.recentProgress  # type: ignore[union-attr]
