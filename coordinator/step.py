@@ -42,6 +42,7 @@ from coordinator.group.model import (
     SYNC,
     ClassicGroup,
 )
+from coordinator.group.timers import Undelivered
 from coordinator.ids import IdSource
 from coordinator.log.partitioning import partition_for
 from coordinator.log.records import Group
@@ -190,6 +191,9 @@ def step(
     ids: IdSource,
     arrival_ms: Sequence[int | None] | None = None,
     topics: TopicImage = EMPTY_IMAGE,
+    *,
+    delivered_ms: int | None = None,
+    answer_tag: int | None = None,
 ) -> StepResult:
     """Run one group id up to ``now_ms``: its due timers and each request in order.
 
@@ -205,6 +209,19 @@ def step(
     (``clock_ms``), so time never goes backwards for a group. Timers the step arms count from
     ``now_ms``, when its responses leave.
 
+    Delivery (``answer_tag`` and ``delivered_ms``): a caller whose responses become readable
+    only some time after ``now_ms`` (the Spark job: when the batch's writes commit) passes an
+    ``answer_tag`` naming the step (its batch's timestamp). The member-facing timers the step
+    arms (sessions, rebalance, join and sync, the initial delay) are then recorded as
+    undelivered (``group.undelivered``): they count from ``now_ms`` for now, the earliest their
+    answers could have been read, and the next step, given ``delivered_ms`` (when the previous
+    step's answers became readable; the caller looks it up by the tag), first moves them on by
+    ``delivered_ms - now_ms`` of that step, so that they count from the delivery, as Kafka's
+    count from the response it sends (:func:`deliver_answers`). Timers already undelivered
+    under the same tag (a load earlier in the same batch) stay so; with no ``delivered_ms``
+    they stay counted from when their answers left. Without a tag (the facade) nothing is
+    recorded and the step behaves as before.
+
     Requests at one instant are served together, as one batch: a timer that one of them arms
     with no delay fires after them all (at the end of the step, or when the clock next moves),
     as a timer's expiry is queued behind the requests already waiting in Kafka 4.x's
@@ -214,6 +231,12 @@ def step(
     requests = list(requests)
     if arrival_ms is not None and len(arrival_ms) != len(requests):
         raise ValueError(f"{len(arrival_ms)} arrival times for {len(requests)} requests")
+    armed_after = 0 if group is None else group.timer_seq
+    if group is not None and group.undelivered is not None:
+        if answer_tag is not None and group.undelivered.tag == answer_tag:
+            armed_after = group.undelivered.after_seq  # still undelivered, with this step's
+        else:
+            deliver_answers(group, delivered_ms)
     counter = [0 if group is None else group.timer_seq]
 
     def next_seq() -> int:
@@ -265,6 +288,11 @@ def step(
     if ctx.group is not None:
         ctx.group.timer_seq = counter[0]
         ctx.group.clock_ms = ctx.now_ms
+        ctx.group.undelivered = (
+            None
+            if answer_tag is None or counter[0] == armed_after
+            else _undelivered(ctx.group, ctx.now_ms, armed_after, answer_tag)
+        )
         head = ctx.group.next_timer()
         next_deadline = None if head is None else head[0]
     else:
@@ -278,6 +306,29 @@ def step(
         and all(type(raw) is dict and raw.get("api") == "heartbeat" for raw in requests)
     )
     return StepResult(ctx.group, responses, records, next_deadline, internal_errors, timers_only)
+
+
+def deliver_answers(group: Group, delivered_ms: int | None) -> None:
+    """Count the member-facing timers the group's last step armed (``group.undelivered``) from
+    ``delivered_ms``, when that step's answers became readable, instead of from when they left
+    (its clock): each moves on by the difference (never back). With ``delivered_ms`` None (not
+    known) they stay as they are. Either way the group has no undelivered timers afterwards.
+    The offsets-retention sweep is not a member's timer and never moves."""
+    pending = group.undelivered
+    if pending is None:
+        return
+    group.undelivered = None
+    if delivered_ms is not None and delivered_ms > pending.answered_ms:
+        group.shift_timers(pending.after_seq, delivered_ms - pending.answered_ms, OFFSET_EXPIRY)
+
+
+def _undelivered(group: Group, answered_ms: int, after_seq: int, tag: int) -> Undelivered | None:
+    """What of the group's timers a step that answered at ``answered_ms`` armed (those after
+    ``after_seq``, but the offsets sweep), None when it armed none that are still live."""
+    for timer in group.timers.values():
+        if timer.seq > after_seq and timer.kind != OFFSET_EXPIRY:
+            return Undelivered(answered_ms, after_seq, tag)
+    return None
 
 
 def _serve_plain_heartbeat(

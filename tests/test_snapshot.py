@@ -40,7 +40,9 @@ from coordinator.group.snapshot import (
     encode_group,
 )
 from coordinator.group.states import GroupState
+from coordinator.group.timers import Undelivered
 from tests.support import REBALANCE, Ctx, protocols
+from tests.test_stream_consumer_groups import heartbeat_request
 
 # -- helpers --------------------------------------------------------------------------------------
 
@@ -184,7 +186,7 @@ def test_the_model_has_exactly_the_fields_the_snapshot_knows() -> None:
             "protocol_type", "protocol_name", "leader_id", "members", "static_members",
             "pending_members", "pending_sync_members", "num_awaiting_join",
             "supported_protocols", "subscribed_topics", "new_member_added", "offsets", "timers",
-            "timer_heap", "timer_seq", "rebalance_reason", "clock_ms",
+            "timer_heap", "timer_seq", "rebalance_reason", "clock_ms", "undelivered",
         ],
         "Member": [
             "member_id", "group_instance_id", "client_id", "client_host", "rebalance_timeout_ms",
@@ -339,7 +341,7 @@ def test_a_member_stored_under_another_key_keeps_its_key() -> None:
 
 def test_identical_groups_encode_identically_and_the_version_comes_first() -> None:
     assert encode_group(hand_built()) == encode_group(hand_built())
-    assert encode_group(hand_built())[0] == SNAPSHOT_VERSION == 3
+    assert encode_group(hand_built())[0] == SNAPSHOT_VERSION == 5
 
 
 #: A version-1 blob as this release wrote it: later releases must still read it.
@@ -442,10 +444,69 @@ def test_a_version_3_blob_holds_the_clock() -> None:
     group = golden_group()
     group.rebalance_reason = "why"
     group.clock_ms = 1_700_000_000_500
-    blob = encode_group(group)
-    # To refresh GOLDEN_V3 after a deliberate v3 change (there should be none): print(blob.hex())
-    assert blob == GOLDEN_V3, blob.hex()
+    # GOLDEN_V3 is frozen: version 3 is no longer written, only read (nothing undelivered).
     assert decode_group(GOLDEN_V3) == group
+    assert decode_group(GOLDEN_V3).undelivered is None
+
+
+#: Version 5 appends the timers waiting for their answers' delivery to version 3's body.
+GOLDEN_V5 = bytes.fromhex(
+    "05"  # version 5
+    "00"  # codec: raw body
+    "0667"
+    "81a0abfef962"
+    "0302"
+    "02"
+    "22636f6e73756d6572"
+    "1672616e6765"
+    "00"
+    "00000000"
+    "00"
+    "00"
+    "00"
+    "00"
+    "000000"
+    "00"  # version 1's body, as in GOLDEN_V1
+    "0e776879"  # rebalance_reason "why", as in GOLDEN_V2
+    "e907"  # clock_ms, as in GOLDEN_V3
+    "01"  # undelivered: answered_ms, zigzag + 1 of its difference from the last time (0)
+    "06"  # after_seq 3: zigzag of its difference from the last seq (0)
+    "c801"  # tag: zigzag of its difference from the last time (+100)
+    "df57e73a"  # CRC-32
+)
+
+
+def test_a_version_5_blob_holds_the_undelivered_timers() -> None:
+    group = golden_group()
+    group.rebalance_reason = "why"
+    group.clock_ms = 1_700_000_000_500
+    group.undelivered = Undelivered(1_700_000_000_500, 3, 1_700_000_000_600)
+    blob = encode_group(group)
+    # To refresh GOLDEN_V5 after a deliberate v5 change (there should be none): print(blob.hex())
+    assert blob == GOLDEN_V5, blob.hex()
+    assert decode_group(GOLDEN_V5) == group
+    group.undelivered = None
+    assert decode_group(encode_group(group)) == group
+
+
+def test_a_consumer_groups_undelivered_timers_round_trip() -> None:
+    """A consumer group's blob (version 6) keeps its undelivered timers; a version-4 blob (the
+    same body without them) still decodes, with none."""
+    join = heartbeat_request("j", "m-1", 0)
+    result = step(None, "g", [join], 1_000, CoordinatorConfig(), SequentialIds(),
+                  answer_tag=1_100)  # fmt: skip
+    group = result.group
+    assert group is not None and group.undelivered is not None
+    blob = encode_group(group)
+    assert blob[0] == 6
+    decoded = decode_group(blob)
+    assert decoded.undelivered == group.undelivered
+    assert encode_group(decoded) == blob
+    group.undelivered = None
+    body = encode_group(group)
+    old = zlib.decompress(body[2:-4]) if body[1] == 1 else body[2:-4]
+    v4 = frame_v1(0, old[:-1], version=4)  # version 6's body without its last field (None)
+    assert decode_group(v4) == group
 
 
 #: Real version-1 blobs, written by the release before version 2 (``encode_group`` of

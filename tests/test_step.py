@@ -469,3 +469,108 @@ def test_steps_with_arrival_times_give_the_facades_run(data: st.DataObject) -> N
         if group.state.value in ("Stable", "Empty") and step_records:
             loaded = log.replay(step_records, batches[-1][2]).get("g")
             assert log.durable_view(loaded) == log.durable_view(group)
+
+
+def test_timers_a_step_arms_count_from_when_its_answers_were_delivered() -> None:
+    """The caller's answers become readable only after the step (the Spark job: when the
+    batch's writes commit, 800 ms after its clock). A session armed by a step with an answer
+    tag counts from its clock for now (the earliest deadline, for the caller's wake-up); the
+    next step, told when the answers were delivered, moves it to count from then: a member
+    that heartbeats 1 s (its session) after it could read its answer is not expired."""
+    group, (a, b), generation, at = stable_pair()
+    other = group.timers[f"heartbeat-{b}"].deadline_ms
+    sweep = group.timers["offset-expiry"].deadline_ms
+    beat_at = at + 100
+    beat = step(group, "g", [heartbeat("h", a, generation)], beat_at, CONFIG, SequentialIds(),
+                answer_tag=7)  # fmt: skip
+    assert beat.group is not None and beat.responses[0]["error"] is None
+    assert beat.group.timers[f"heartbeat-{a}"].deadline_ms == beat_at + 1_000
+    assert beat.group.undelivered is not None
+    assert (beat.group.undelivered.answered_ms, beat.group.undelivered.tag) == (beat_at, 7)
+    assert beat.next_deadline_ms == min(other, beat_at + 1_000)
+    state = encode_group(beat.group)
+
+    # Delivered 800 ms after the step's clock: a's session now ends at beat_at + 1_800; b's,
+    # armed by an earlier step, and the offsets sweep stay where they were.
+    moved = step(decode_group(state), "g", [], beat_at + 10, CONFIG, SequentialIds(),
+                 delivered_ms=beat_at + 800)  # fmt: skip
+    assert moved.group is not None and moved.group.undelivered is None
+    assert moved.group.timers[f"heartbeat-{a}"].deadline_ms == beat_at + 1_800
+    assert moved.group.timers[f"heartbeat-{b}"].deadline_ms == other
+    assert moved.group.timers["offset-expiry"].deadline_ms == sweep
+    assert moved.next_deadline_ms == other
+
+    # Woken at the earliest deadline, a's session has not ended; it ends 800 ms later.
+    wake = beat_at + 1_000
+    kept = step(decode_group(state), "g", [heartbeat("hb", b, generation)], wake, CONFIG,
+                SequentialIds(), [other - 1], delivered_ms=beat_at + 800)  # fmt: skip
+    assert kept.group is not None and list(kept.group.members) == [a, b]
+    assert kept.group.state.value == "Stable"
+    expired = step(kept.group, "g", [], beat_at + 1_800, CONFIG, SequentialIds())
+    assert expired.group is not None and a not in expired.group.members
+
+    # Without a delivery time the session counts from the step's clock, as without a tag.
+    undelivered = step(decode_group(state), "g", [heartbeat("hb", b, generation)], wake, CONFIG,
+                       SequentialIds(), [other - 1])  # fmt: skip
+    assert undelivered.group is not None and a not in undelivered.group.members
+    assert undelivered.group.undelivered is None
+
+
+def test_a_delivery_never_moves_a_timer_back_and_a_step_without_a_tag_records_nothing() -> None:
+    group, (a, _), generation, at = stable_pair()
+    plain = step(copy.deepcopy(group), "g", [heartbeat("h", a, generation)], at + 5, CONFIG,
+                 SequentialIds())  # fmt: skip
+    assert plain.group is not None and plain.group.undelivered is None
+    tagged = step(group, "g", [heartbeat("h", a, generation)], at + 5, CONFIG, SequentialIds(),
+                  answer_tag=1)  # fmt: skip
+    assert tagged.group is not None and tagged.group.undelivered is not None
+    early = step(tagged.group, "g", [], at + 6, CONFIG, SequentialIds(), delivered_ms=at)
+    assert early.group is not None and early.group.undelivered is None
+    assert early.group.timers[f"heartbeat-{a}"].deadline_ms == at + 5 + 1_000
+    # A step that arms no member's timer leaves none undelivered.
+    quiet = step(early.group, "g", [describe("d")], at + 7, CONFIG, SequentialIds(),
+                 answer_tag=2)  # fmt: skip
+    assert quiet.group is not None and quiet.group.undelivered is None
+
+
+def test_timers_undelivered_under_the_same_tag_stay_undelivered() -> None:
+    """Two steps of one group under one tag (the Spark job: a group loaded from the log, then
+    its requests, in one batch): what the first armed waits for the same delivery as what the
+    second arms, and both move by it."""
+    group, (a, b), generation, at = stable_pair()
+    first = step(group, "g", [heartbeat("h1", a, generation)], at + 5, CONFIG, SequentialIds(),
+                 answer_tag=3)  # fmt: skip
+    assert first.group is not None and first.group.undelivered is not None
+    after_seq = first.group.undelivered.after_seq
+    second = step(first.group, "g", [heartbeat("h2", b, generation)], at + 5, CONFIG,
+                  SequentialIds(), answer_tag=3)  # fmt: skip
+    assert second.group is not None and second.group.undelivered is not None
+    assert second.group.undelivered.after_seq == after_seq
+    delivered = step(second.group, "g", [], at + 6, CONFIG, SequentialIds(),
+                     delivered_ms=at + 505)  # fmt: skip
+    assert delivered.group is not None
+    for member in (a, b):
+        assert delivered.group.timers[f"heartbeat-{member}"].deadline_ms == at + 1_505
+    assert delivered.next_deadline_ms == at + 1_505
+
+
+def test_a_rebalance_armed_in_one_step_counts_from_its_delivery() -> None:
+    """Not only sessions: the join purgatory a rejoin starts, and the sessions its completion
+    arms, count from when their answers were delivered."""
+    group, (a, b), generation, at = stable_pair()
+    rejoin_at = at + 10
+    started = step(group, "g", [join("r", "g", a)], rejoin_at, CONFIG, SequentialIds(),
+                   answer_tag=1)  # fmt: skip
+    assert started.group is not None
+    assert started.group.timers["join"].deadline_ms == rejoin_at + 2_000
+    completed = step(started.group, "g", [], rejoin_at + 20, CONFIG, SequentialIds(),
+                     delivered_ms=rejoin_at + 300, answer_tag=2)  # fmt: skip
+    assert completed.responses == []  # the purgatory now ends 300 ms later
+    assert completed.group is not None and completed.group.undelivered is None
+    assert completed.group.timers["join"].deadline_ms == rejoin_at + 2_300
+    # b never rejoins: its session (armed before) ends, a's join completes the rebalance.
+    done = step(completed.group, "g", [], rejoin_at + 2_300, CONFIG, SequentialIds(),
+                answer_tag=3)  # fmt: skip
+    assert [r["request_id"] for r in done.responses] == ["r"]
+    assert done.group is not None and done.group.undelivered is not None
+    assert done.group.timers[f"heartbeat-{a}"].deadline_ms == rejoin_at + 2_300 + 1_000

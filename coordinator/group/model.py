@@ -19,7 +19,7 @@ from coordinator.group.states import (
     GroupState,
     IllegalStateTransition,
 )
-from coordinator.group.timers import Timer, TimerBook
+from coordinator.group.timers import Timer, TimerBook, Undelivered
 from coordinator.serde import DecodeError
 
 EMPTY_ASSIGNMENT = b""
@@ -132,6 +132,10 @@ class ClassicGroup(TimerBook):
     #: time). None until a step has run (a group loaded from the log; the facade's groups, which
     #: share the facade's one clock). Transient: no log record carries it.
     clock_ms: int | None = None
+    #: The member-facing timers the last step armed, while its answers' delivery is not yet
+    #: known (:class:`coordinator.group.timers.Undelivered`); None when there are none, and
+    #: always None where the caller delivers answers at once (the facade). Transient.
+    undelivered: Undelivered | None = None
 
     # -- states -------------------------------------------------------------------------------
 

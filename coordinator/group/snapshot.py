@@ -7,9 +7,9 @@ stale timer-heap entries and every dict's order included, so a step continues fr
 copy exactly as it would have from the original; and equal groups encode to the same bytes (with
 the same zlib: the uncompressed body is canonical, zlib's output may differ between its builds).
 
-Blob layout (versions 1 to 3)::
+Blob layout (versions 1, 2, 3 and 5)::
 
-    version    unsigned varint (3; 1 and 2 from older releases); decode_group dispatches on
+    version    unsigned varint (5; 1 to 3 from older releases); decode_group dispatches on
                it, so a later release can still read this layout after it writes a newer one
     codec      1 byte: 0 = body stored as is, 1 = body zlib-compressed
     body       the group (below), compressed when that makes the blob smaller
@@ -20,6 +20,10 @@ dataclass (``_write_member`` / ``_read_member_v1``, ...), built from these primi
 appends one field to version 1's body, the group's ``rebalance_reason`` (an ``opt_text``); a
 version-1 blob decodes with ``rebalance_reason`` None. Version 3 appends the group's
 ``clock_ms`` (an ``opt_time``) to version 2's body; older blobs decode with ``clock_ms`` None.
+Version 5 appends the group's ``undelivered`` timers (:class:`~coordinator.group.timers.
+Undelivered`): an ``opt_time`` (None: none), then when there are some a ``seq`` and a ``time``
+(its ``answered_ms``, ``after_seq`` and ``tag``); older blobs decode with ``undelivered`` None.
+Version 4 is a consumer group's layout; version 6 appends the same field to it.
 
 - ``uint``: unsigned LEB128 varint of up to 2048 bytes (Python ints are unbounded; 14336 bits
   is more than Python parses from a string); counts and enum codes.
@@ -63,7 +67,7 @@ from coordinator.group.model import (
     ParkedRequest,
 )
 from coordinator.group.states import GroupState
-from coordinator.group.timers import Timer
+from coordinator.group.timers import Timer, Undelivered
 from coordinator.log import records as log
 from coordinator.log.modern_records import RecordBuilder
 from coordinator.log.records import Group
@@ -78,19 +82,20 @@ __all__ = [
     "encode_group",
 ]
 
-SNAPSHOT_VERSION = 3
+SNAPSHOT_VERSION = 5
 """The layout :func:`encode_group` writes for a classic group (the blob's first byte)."""
-CONSUMER_SNAPSHOT_VERSION = 4
-"""The layout of a consumer group's blob: the records that rebuild it, then its timers."""
+CONSUMER_SNAPSHOT_VERSION = 6
+"""The layout of a consumer group's blob: the records that rebuild it, then its timers (version
+6 appends its undelivered timers to version 4's)."""
 
 
 class SnapshotError(ValueError):
     """The bytes are not a group snapshot this release can read (unknown version, corrupt)."""
 
 
-# -- constants of versions 1 to 3 ------------------------------------------------------------------
+# -- constants of versions 1 to 5 ------------------------------------------------------------------
 
-#: Group states by their code in versions 1 to 3 (the position in this tuple).
+#: Group states by their code in versions 1, 2, 3 and 5 (the position in this tuple).
 _STATES_V1: tuple[GroupState, ...] = (
     GroupState.EMPTY,
     GroupState.PREPARING_REBALANCE,
@@ -422,14 +427,14 @@ class _In:
         raise SnapshotError(f"corrupt snapshot: unknown value tag {tag}")
 
 
-# -- versions 1 to 3: one writer and one reader per dataclass --------------------------------------
+# -- versions 1 to 5: one writer and one reader per dataclass --------------------------------------
 #
 # The writers write the newest layout (SNAPSHOT_VERSION). To change it: bump SNAPSHOT_VERSION,
 # change the writers, add ``_read_*_v<N>`` readers where the layout changed and an entry in
 # ``_DECODERS``, and keep every older reader (with the primitives it uses) so that older
-# checkpoints still load. Versions 2 and 3 changed only the group (``_read_group_v2``,
-# ``_read_group_v3``); members, offsets, timers and parked requests are still read by their
-# version-1 readers.
+# checkpoints still load. Versions 2, 3 and 5 changed only the group (``_read_group_v2``,
+# ``_read_group_v3``, ``_read_group_v5``; 4 and 6 are consumer groups'); members, offsets,
+# timers and parked requests are still read by their version-1 readers.
 
 
 def _write_parked(out: _Out, parked: ParkedRequest) -> None:
@@ -685,6 +690,26 @@ def _write_timed(out: _Out, group: ClassicGroup) -> None:
     out.opt_text(group.rebalance_reason)
     # Version 3.
     out.opt_time(group.clock_ms)
+    # Version 5.
+    _write_undelivered(out, group.undelivered)
+
+
+def _write_undelivered(out: _Out, undelivered: Undelivered | None) -> None:
+    """Versions 5 and 6: the timers waiting for their answers' delivery (``opt_time``, then
+    the timer sequence and the tag when there are some)."""
+    if undelivered is None:
+        out.opt_time(None)
+        return
+    out.opt_time(undelivered.answered_ms)
+    out.seq(undelivered.after_seq)
+    out.time(undelivered.tag)
+
+
+def _read_undelivered_v5(inp: _In) -> Undelivered | None:
+    answered_ms = inp.opt_time()
+    if answered_ms is None:
+        return None
+    return Undelivered(answered_ms, inp.seq(), inp.time())
 
 
 def _read_members_v1(inp: _In) -> dict[str, Member]:
@@ -742,6 +767,12 @@ def _read_group_v3(inp: _In) -> ClassicGroup:
     return group
 
 
+def _read_group_v5(inp: _In) -> ClassicGroup:
+    group = _read_group_v3(inp)
+    group.undelivered = _read_undelivered_v5(inp)
+    return group
+
+
 # -- consumer groups (version 4) --------------------------------------------------------------
 #
 # A consumer group is what its records make it, so its blob holds the records that rebuild it
@@ -796,6 +827,8 @@ def _write_consumer_group(out: _Out, group: ConsumerGroup) -> None:
         out.text(key)
     out.seq(group.timer_seq)
     out.opt_time(group.clock_ms)
+    # Version 6.
+    _write_undelivered(out, group.undelivered)
 
 
 def _read_consumer_group_v4(inp: _In) -> ConsumerGroup:
@@ -817,6 +850,12 @@ def _read_consumer_group_v4(inp: _In) -> ConsumerGroup:
     state.timer_seq = inp.seq()
     state.clock_ms = inp.opt_time()
     return state
+
+
+def _read_consumer_group_v6(inp: _In) -> ConsumerGroup:
+    group = _read_consumer_group_v4(inp)
+    group.undelivered = _read_undelivered_v5(inp)
+    return group
 
 
 # -- framing ---------------------------------------------------------------------------------------
@@ -922,6 +961,16 @@ def _decode_v4(blob: bytes, pos: int) -> Group:
     return _decode_framed(blob, pos, _read_consumer_group_v4)
 
 
+def _decode_v5(blob: bytes, pos: int) -> Group:
+    """Version 5: version 1's frame around version 5's body."""
+    return _decode_framed(blob, pos, _read_group_v5)
+
+
+def _decode_v6(blob: bytes, pos: int) -> Group:
+    """Version 6 (a consumer group): version 4's body and its undelivered timers."""
+    return _decode_framed(blob, pos, _read_consumer_group_v6)
+
+
 def _decode_framed(blob: bytes, pos: int, read_group: Callable[[_In], Group]) -> Group:
     """``codec`` byte, body (read by ``read_group``), CRC-32; ``pos`` is just past the version."""
     if len(blob) < pos + 1 + _CRC.size:
@@ -956,6 +1005,8 @@ _DECODERS: dict[int, Callable[[bytes, int], Group]] = {
     2: _decode_v2,
     3: _decode_v3,
     4: _decode_v4,
+    5: _decode_v5,
+    6: _decode_v6,
 }
 
 

@@ -22,6 +22,25 @@ class Timer:
     payload: Any = None
 
 
+@dataclass(frozen=True, slots=True)
+class Undelivered:
+    """The member-facing timers a step armed, while its answers are not yet known to have been
+    delivered (:func:`coordinator.step.step`'s ``answer_tag``).
+
+    They count from ``answered_ms``, the step's clock, when its answers left; once the caller
+    learns when they became readable (``delivered_ms``), they count from then instead
+    (:func:`coordinator.step.deliver_answers`)."""
+
+    #: The step's clock at its end: what its timers were counted from.
+    answered_ms: int
+    #: The timers armed by the step are those with a higher ``seq`` (timer sequence numbers
+    #: only grow within a group).
+    after_seq: int
+    #: The caller's name for the step, to look its delivery up by (the Spark job: its batch's
+    #: timestamp).
+    tag: int
+
+
 class TimerBook:
     """The timer methods a group class mixes in; it must hold ``timers`` and ``timer_heap``."""
 
@@ -61,3 +80,16 @@ class TimerBook:
 
     def pop_timer(self, key: str) -> Timer:
         return self.timers.pop(key)
+
+    def shift_timers(self, after_seq: int, shift_ms: int, exempt_kind: str) -> None:
+        """Move every live timer armed after ``after_seq`` (all but those of ``exempt_kind``)
+        ``shift_ms`` later, keeping their sequence numbers (so their order among themselves and
+        their ties stay), and rebuild the heap from the live timers."""
+        if shift_ms == 0:
+            return
+        for timer in self.timers.values():
+            if timer.seq > after_seq and timer.kind != exempt_kind:
+                timer.deadline_ms += shift_ms
+        heap = self.timer_heap
+        heap[:] = [(t.deadline_ms, t.seq, k) for k, t in self.timers.items()]
+        heapq.heapify(heap)

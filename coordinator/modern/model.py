@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from enum import Enum, IntEnum, StrEnum
 
 from coordinator.group.model import OffsetAndMetadata
-from coordinator.group.timers import Timer, TimerBook
+from coordinator.group.timers import Timer, TimerBook, Undelivered
 from coordinator.topics import TopicMetadata
 
 Assignment = Mapping[str, frozenset[int]]
@@ -168,6 +168,8 @@ class ConsumerGroup(TimerBook):
     timer_seq: int = 0
     #: As ``ClassicGroup.clock_ms``: where the group's last step left its clock (transient).
     clock_ms: int | None = None
+    #: As ``ClassicGroup.undelivered`` (transient).
+    undelivered: Undelivered | None = None
 
     # -- what Kafka derives ---------------------------------------------------------------------
 
