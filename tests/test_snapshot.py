@@ -580,7 +580,7 @@ def test_empty_bytes() -> None:
         decode_group(b"")
 
 
-@pytest.mark.parametrize("version", [0, 5, 127, 300])
+@pytest.mark.parametrize("version", [0, 7, 127, 300])
 def test_unknown_versions(version: int) -> None:
     blob = bytearray(encode_group(hand_built()))
     varint = bytearray()
