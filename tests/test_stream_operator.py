@@ -361,11 +361,15 @@ def test_no_timer_fires_past_the_input_the_batch_holds(tmp_path, mode: str):
     assert [a["error"] for a in answers] == [None]
     assert member in group().members and group().state.value == "Stable"
     # 3. Silent since: expired once a batch holds all input up to its new deadline, which
-    # counts from the batch that answered the heartbeat (the member heard back only then).
-    silent_until = deadline + 4_000 + 10_000
-    offset_log(offsets, 3, silent_until - 1, silent_until - 1)
+    # counts from the batch after the one that answered the heartbeat (planned once that one
+    # had committed: the member could read its answer only then).
+    delivered = deadline + 4_000 + 3_000
+    offset_log(offsets, 3, delivered, delivered)
+    run_apply(function, state, delivered, [])
+    silent_until = delivered + 10_000
+    offset_log(offsets, 4, silent_until - 1, silent_until - 1)
     run_apply(function, state, silent_until - 1, [])
     assert member in group().members
-    offset_log(offsets, 4, silent_until + 1, silent_until + 1)
+    offset_log(offsets, 5, silent_until + 1, silent_until + 1)
     run_apply(function, state, silent_until + 1, [])
     assert state.value is None or member not in group().members

@@ -892,7 +892,17 @@ def operator_settings(
         offsets_dir=str(job.paths.checkpoint / "offsets"),
         topics=job.topic_counts(),
         topics_dir=str(job.paths.topics),
+        delivery_window_ms=delivery_window_ms(settings),
     )
+
+
+def delivery_window_ms(settings: Settings) -> int:
+    """Half the time the checkpoint's offset log spans at least: it keeps
+    ``spark.sql.streaming.minBatchesToRetain`` batches (Spark's default 100), which start at
+    least ``job.trigger.interval.ms`` apart (:attr:`operator.OperatorSettings.
+    delivery_window_ms`)."""
+    retained = int(settings.spark.get("spark.sql.streaming.minBatchesToRetain", "100"))
+    return max(1, retained * max(1, settings.job.trigger_interval_ms) // 2)
 
 
 def seed_topics(settings: Settings) -> None:

@@ -70,14 +70,15 @@ from coordinator.group.snapshot import (
     encode_classic_group,
     encode_group,
 )
+from coordinator.group.timers import Undelivered
 from coordinator.ids import KeyedIds
 from coordinator.log.partitioning import partition_for
 from coordinator.log.records import Group, record_from_bytes, replay
 from coordinator.modern.model import ConsumerGroup
 from coordinator.requests import BadRequest, bad_request_response, parse
-from coordinator.step import step
+from coordinator.step import deliver_answers, step
 from coordinator.stream import topic_store
-from coordinator.stream.source import Offset, arrival_of, batch_offset
+from coordinator.stream.source import Offset, OffsetLogView, arrival_of
 from coordinator.topics import TopicImage, TopicMetadata, topic_id_for
 
 # --- output rows ------------------------------------------------------------------------------
@@ -162,6 +163,12 @@ class OperatorSettings:
     topics: tuple[tuple[str, int], ...] = ()
     #: The job's topic store (:mod:`coordinator.stream.topic_store`); None: ``topics`` always.
     topics_dir: str | None = None
+    #: How long after a batch the groups it stepped may wait before they look up when its
+    #: answers were delivered (the next batch's timestamp, in the offset log): the job sets it
+    #: to half of what the offset log keeps (``spark.sql.streaming.minBatchesToRetain`` batches,
+    #: at least ``job.trigger.interval.ms`` apart). A group with no input or timer due sooner is
+    #: woken then, once.
+    delivery_window_ms: int = 10_000
 
     def topic_image(self, batch_ms: int | None = None) -> TopicImage:
         """The topics the batch whose timestamp is ``batch_ms`` is assigned from: the store's
@@ -204,14 +211,45 @@ class OperatorSettings:
 
     def _offset(self, batch_ms: int) -> Offset | None:
         """The inbox source's offset of the batch (None: unknown, or no offset log)."""
+        view = self._log(batch_ms)
+        return None if view is None else view.offset
+
+    def _log(self, batch_ms: int) -> OffsetLogView | None:
+        """The offset log as the batch sees it (read once per batch and process; None: no
+        offset log)."""
         if self.offsets_dir is None:
             return None
         key = (self.offsets_dir, batch_ms)
-        if key not in _HORIZONS:
+        view = _HORIZONS.get(key)
+        if view is None:
             if len(_HORIZONS) > 64:
                 _HORIZONS.clear()
-            _HORIZONS[key] = batch_offset(self.offsets_dir, batch_ms)
-        return _HORIZONS[key]
+            view = _HORIZONS[key] = OffsetLogView(self.offsets_dir, batch_ms)
+        return view
+
+    def answer_tag(self, batch_ms: int) -> int | None:
+        """The tag the steps of the batch whose timestamp is ``batch_ms`` record their
+        member-facing timers under (:func:`coordinator.step.step`): the timestamp itself, by
+        which a later batch finds when this one's answers were delivered; None (timers count
+        from the batch's clock) without an offset log to find it in."""
+        return None if self.offsets_dir is None else batch_ms
+
+    def delivered(self, batch_ms: int, tag: int) -> int | None:
+        """When the answers of the batch whose timestamp is ``tag`` became readable, as the
+        batch whose timestamp is ``batch_ms`` finds it in the offset log: the timestamp of the
+        batch that followed it (:meth:`coordinator.stream.source.OffsetLogView.delivered_ms`);
+        None when it cannot be found there."""
+        view = self._log(batch_ms)
+        return None if view is None else view.delivered_ms(tag)
+
+    def wake_ms(self, deadline_ms: int | None, group: Group | None, batch_ms: int) -> int | None:
+        """When the group's key must run next: its next deadline, or sooner, within
+        ``delivery_window_ms`` of the batch, while its last step's answers' delivery is not
+        known, so that the batch that followed this one is still in the offset log then."""
+        if group is None or group.undelivered is None:
+            return deadline_ms
+        latest = batch_ms + self.delivery_window_ms
+        return latest if deadline_ms is None else min(deadline_ms, latest)
 
     def is_load(self, line: InboxLine) -> bool:
         """Whether ``line`` came from a bootstrap file (never true of an inbox line)."""
@@ -221,9 +259,9 @@ class OperatorSettings:
 #: Topic images by (store, version, topic list), per Python worker.
 _IMAGES: dict[tuple[str | None, int | None, tuple[tuple[str, int], ...]], TopicImage] = {}
 
-#: The inbox source's offsets (input horizon, topics version) by (offset log, batch
-#: timestamp), per Python worker.
-_HORIZONS: dict[tuple[str, int], Offset | None] = {}
+#: The offset log as each batch sees it (its offset: input horizon, topics version; the
+#: timestamps before it) by (offset log, batch timestamp), per Python worker.
+_HORIZONS: dict[tuple[str, int], OffsetLogView] = {}
 
 
 @dataclass(slots=True)
@@ -331,6 +369,10 @@ def run_group(
 
     stamp = now_ms if emitted_ms is None else emitted_ms
     topics = settings.topic_image(stamp)
+    tag = settings.answer_tag(stamp)
+    if group is not None and group.undelivered is not None and group.undelivered.tag != tag:
+        # The timers the group's last step armed count from when its answers were delivered.
+        deliver_answers(group, settings.delivered(stamp, group.undelivered.tag))
 
     def emit(
         kind: str, body: str | None = None, key: bytes | None = None, value: Any = None
@@ -357,7 +399,7 @@ def run_group(
         )
     elif loads:
         # Loads first: the batch's requests find the group as the log left it.
-        group, load_records = load_group(settings, group_id, loads, now_ms, errors, topics)
+        group, load_records = load_group(settings, group_id, loads, now_ms, errors, topics, tag)
         loaded = True
         for record in load_records:
             emit(RECORD, key=record["key"], value=record["value"])
@@ -393,6 +435,7 @@ def run_group(
         settings.ids(),
         arrivals,
         topics,
+        answer_tag=tag,
     )
     for answer in result.responses:
         emit(RESPONSE, jsonio.dumps_response(answer))
@@ -421,7 +464,8 @@ def run_group(
     elif result.group is not None:
         new_blob = encode_group(result.group)
     errors.extend(result.internal_errors)
-    return GroupOutcome(new_blob, result.next_deadline_ms, rows, errors, warnings)
+    wake = settings.wake_ms(result.next_deadline_ms, result.group, stamp)
+    return GroupOutcome(new_blob, wake, rows, errors, warnings)
 
 
 class DecodedGroups:
@@ -514,13 +558,16 @@ def load_group(
     now_ms: int,
     errors: list[str],
     topics: TopicImage | None = None,
+    answer_tag: int | None = None,
 ) -> tuple[Group | None, list[dict[str, Any]]]:
     """The group as a load of its records gives it at ``now_ms`` (Kafka's load of an offsets
     partition, as ``GroupCoordinator.from_records`` does it): the records replayed in order,
     then ``onLoaded`` (a fresh session for every member, the offsets sweep armed, a rebalance if
     the group is over ``group.max.size``). Returns the group (None when the log holds none)
     and any records ``onLoaded`` wrote. Unreadable lines and records are reported in
-    ``errors`` and skipped; several lines for one group id are applied in order."""
+    ``errors`` and skipped; several lines for one group id are applied in order. With an
+    ``answer_tag``, the fresh sessions wait for the delivery of the batch's answers, as the
+    timers its step arms do (a batch that loads many groups can be long)."""
     records: list[dict[str, Any]] = []
     for line in loads:
         try:
@@ -565,6 +612,9 @@ def load_group(
     on_loaded(ctx, group)
     loaded = ctx.group
     if loaded is not None:
+        loaded.undelivered = None
+        if answer_tag is not None and counter[0] > group.timer_seq:
+            loaded.undelivered = Undelivered(now_ms, group.timer_seq, answer_tag)
         loaded.timer_seq = counter[0]
         loaded.clock_ms = now_ms  # loaded now: no request is served before the load
     return loaded, written

@@ -425,20 +425,81 @@ def batch_offset(offsets_dir: str | Path, batch_timestamp_ms: int) -> Offset | N
     ``batchTimestampMs``, then one JSON line per source), which Spark writes before the batch
     runs and never changes: the same for every task of the batch and for a re-run of it. None
     when unknown (no such batch among the latest, a checkpoint of an older release)."""
-    directory = Path(offsets_dir)
-    try:
-        ids = sorted((int(n) for n in os.listdir(directory) if n.isdigit()), reverse=True)
-    except FileNotFoundError:
-        return None
-    for batch_id in ids[:3]:  # the batch running now is the latest, or close to it
+    return OffsetLogView(offsets_dir, batch_timestamp_ms).offset
+
+
+class OffsetLogView:
+    """Spark's offset log as the batch whose timestamp is ``batch_timestamp_ms`` sees it: its
+    own offset, and the timestamps of the batches before it.
+
+    Spark writes ``offsets/N`` (with ``batchTimestampMs``) before batch N runs, after batch N-1
+    has committed, and never changes it; it deletes the oldest files beyond
+    ``spark.sql.streaming.minBatchesToRetain``. So while batch N runs, the log holds every
+    batch up to N and nothing after it, the same on a re-run of N: what a view answers is a
+    function of the batch."""
+
+    #: How far back :meth:`delivered_ms` looks (files read), at most.
+    MAX_LOOKBACK = 1_000
+
+    def __init__(self, offsets_dir: str | Path, batch_timestamp_ms: int) -> None:
+        self.directory = Path(offsets_dir)
+        self.batch_timestamp_ms = batch_timestamp_ms
         try:
-            lines = (directory / str(batch_id)).read_text(encoding="utf-8").splitlines()
-            meta = json.loads(lines[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        if meta.get("batchTimestampMs") == batch_timestamp_ms:
-            return _source_offset(lines[2:])
-    return None
+            names = os.listdir(self.directory)
+        except FileNotFoundError:
+            names = []
+        #: Batch ids, newest first.
+        self.ids = sorted((int(n) for n in names if n.isdigit()), reverse=True)
+        self._times: dict[int, int | None] = {}
+        self._delivered: dict[int, int | None] = {}
+        #: This batch's id and its source offset (None: not among the latest three).
+        self.batch_id: int | None = None
+        self.offset: Offset | None = None
+        for batch_id in self.ids[:3]:  # the batch running now is the latest, or close to it
+            lines = self._read(batch_id)
+            if lines is not None and self._times[batch_id] == batch_timestamp_ms:
+                self.batch_id = batch_id
+                self.offset = _source_offset(lines[2:])
+                break
+
+    def _read(self, batch_id: int) -> list[str] | None:
+        try:
+            lines = (self.directory / str(batch_id)).read_text(encoding="utf-8").splitlines()
+            stamp = json.loads(lines[1]).get("batchTimestampMs")
+        except (OSError, ValueError, IndexError, AttributeError):
+            self._times[batch_id] = None
+            return None
+        self._times[batch_id] = stamp if isinstance(stamp, int) else None
+        return lines
+
+    def timestamp(self, batch_id: int) -> int | None:
+        """``batchTimestampMs`` of batch ``batch_id`` (None: not in the log, or unreadable)."""
+        if batch_id not in self._times:
+            self._read(batch_id)
+        return self._times[batch_id]
+
+    def delivered_ms(self, batch_timestamp_ms: int) -> int | None:
+        """The timestamp of the batch after the one whose timestamp is ``batch_timestamp_ms``:
+        Spark planned it once that batch had committed, so its answers were readable by then
+        (the sink commits ``responses`` before Spark's commit). None when that batch is not in
+        this batch's log (deleted by Spark's retention, or not a batch of this checkpoint),
+        or is this batch itself or a later one."""
+        if batch_timestamp_ms in self._delivered:
+            return self._delivered[batch_timestamp_ms]
+        found = None
+        if self.batch_id is not None and batch_timestamp_ms < self.batch_timestamp_ms:
+            later_ms = self.batch_timestamp_ms
+            oldest = max(-1, self.batch_id - self.MAX_LOOKBACK)
+            for batch_id in range(self.batch_id - 1, oldest, -1):
+                stamp = self.timestamp(batch_id)
+                if stamp is None or stamp < batch_timestamp_ms:
+                    break  # deleted, unreadable, or no batch had that timestamp
+                if stamp == batch_timestamp_ms:
+                    found = later_ms
+                    break
+                later_ms = stamp
+        self._delivered[batch_timestamp_ms] = found
+        return found
 
 
 def committed_offset(checkpoint: Path) -> Offset | None:
