@@ -8,9 +8,12 @@ over random request sequences."""
 from __future__ import annotations
 
 import base64
+import dataclasses
 import gc
 import importlib
 import json
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -304,6 +307,7 @@ def _run(
     decoded: op.DecodedGroups,
     plain_heartbeats: bool,
     monkeypatch: pytest.MonkeyPatch,
+    operator_settings: op.OperatorSettings = SETTINGS,
 ) -> op.ShardOutcome:
     with monkeypatch.context() as patch:
         patch.setattr(op, "DECODED", decoded)
@@ -311,12 +315,27 @@ def _run(
             patch.setattr(requests, "_plain_heartbeat", lambda raw: None)
             patch.setattr(step_module, "plain_heartbeat_fields", lambda raw: None)
             patch.setattr(op, "step", _checked_step)
-        return op.run_shard(SETTINGS, dict(state), lines, now_ms, now_ms)
+        return op.run_shard(operator_settings, dict(state), lines, now_ms, now_ms)
 
 
+@pytest.mark.parametrize("offset_log", [False, True], ids=["no offset log", "offset log"])
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
-def test_the_fast_paths_give_exactly_the_general_paths_outputs(data: st.DataObject) -> None:
+def test_the_fast_paths_give_exactly_the_general_paths_outputs(
+    offset_log: bool, data: st.DataObject
+) -> None:
+    """With an offset log, the batches' timers wait for the next batch's timestamp (their
+    answers' delivery), which each group's next step looks up there."""
+    with tempfile.TemporaryDirectory() as directory:
+        offsets = Path(directory) / "offsets" if offset_log else None
+        _fast_and_general_paths(data, offsets)
+
+
+def _fast_and_general_paths(data: st.DataObject, offsets: Path | None) -> None:
+    operator_settings = SETTINGS
+    if offsets is not None:
+        offsets.mkdir()
+        operator_settings = dataclasses.replace(SETTINGS, offsets_dir=str(offsets))
     monkeypatch = pytest.MonkeyPatch()
     warm = op.DecodedGroups()  # kept across batches, as a reused Python worker keeps it
     warm_state: dict[str, tuple[int | None, bytes]] = {}
@@ -331,6 +350,12 @@ def test_the_fast_paths_give_exactly_the_general_paths_outputs(data: st.DataObje
             if forming
             else data.draw(st.sampled_from(GAPS), label="gap")
         )
+        if offsets is not None:  # a batch's timestamp is its own
+            now += 1
+            meta = {"batchWatermarkMs": 0, "batchTimestampMs": now, "conf": {}}
+            source = {"inbox_seq": batch, "inbox_files": batch}
+            text = "\n".join(["v1", json.dumps(meta), json.dumps(source)]) + "\n"
+            (offsets / str(batch)).write_text(text)
         kinds = [("join", g) for g in GROUPS for _ in range(2)] if forming and batch == 0 else []
         if forming and batch in (1, 2):  # requests step the groups: their joins complete
             kinds = [("describe", g) for g in GROUPS]
@@ -358,9 +383,10 @@ def test_the_fast_paths_give_exactly_the_general_paths_outputs(data: st.DataObje
         if data.draw(st.booleans(), label="a task retry"):
             # The same batch again from the stored state (a failed task's output discarded):
             # the warm worker has already stepped its cached objects once.
-            _run(warm_state, lines, now, warm, True, monkeypatch)
-        got = _run(warm_state, lines, now, warm, True, monkeypatch)
-        expected = _run(cold_state, lines, now, op.DecodedGroups(limit_bytes=0), False, monkeypatch)
+            _run(warm_state, lines, now, warm, True, monkeypatch, operator_settings)
+        got = _run(warm_state, lines, now, warm, True, monkeypatch, operator_settings)
+        cold = op.DecodedGroups(limit_bytes=0)
+        expected = _run(cold_state, lines, now, cold, False, monkeypatch, operator_settings)
         assert got.rows == expected.rows
         assert got.state == expected.state
         assert got.deadline_ms == expected.deadline_ms
@@ -369,6 +395,10 @@ def test_the_fast_paths_give_exactly_the_general_paths_outputs(data: st.DataObje
         answers = [json.loads(row[7]) for row in got.rows if row[0] == op.RESPONSE]
         if any(a["api"] == "heartbeat" and a["error"] is None for a in answers):
             event("a heartbeat was served")
+        if offsets is not None and any(
+            decode_group(blob).undelivered is not None for _, blob in got.state.values()
+        ):
+            event("a group's timers wait for their delivery")
     event(f"{warm.hits} cached groups stepped" if warm.hits else "no cached group stepped")
     if warm.untimed_reused:
         event("a snapshot's untimed part was reused")

@@ -557,7 +557,7 @@ def test_timers_undelivered_under_the_same_tag_stay_undelivered() -> None:
 def test_a_rebalance_armed_in_one_step_counts_from_its_delivery() -> None:
     """Not only sessions: the join purgatory a rejoin starts, and the sessions its completion
     arms, count from when their answers were delivered."""
-    group, (a, b), generation, at = stable_pair()
+    group, (a, _), _generation, at = stable_pair()
     rejoin_at = at + 10
     started = step(group, "g", [join("r", "g", a)], rejoin_at, CONFIG, SequentialIds(),
                    answer_tag=1)  # fmt: skip

@@ -373,3 +373,110 @@ def test_no_timer_fires_past_the_input_the_batch_holds(tmp_path, mode: str):
     offset_log(offsets, 5, silent_until + 1, silent_until + 1)
     run_apply(function, state, silent_until + 1, [])
     assert state.value is None or member not in group().members
+
+
+def test_the_offset_log_says_when_a_batchs_answers_were_delivered(tmp_path):
+    """The batch after a batch was planned once that batch had committed: its timestamp is when
+    the batch's answers were readable. Found only when both are in the log as the asking batch
+    sees it."""
+    from coordinator.stream.source import OffsetLogView
+
+    offsets = tmp_path / "offsets"
+    for batch_id, batch_ms in [(3, 1_000), (4, 1_900), (5, 9_000), (6, 9_400), (7, 12_000)]:
+        offset_log(offsets, batch_id, batch_ms, batch_ms)
+    view = OffsetLogView(offsets, 12_000)
+    assert view.batch_id == 7 and view.offset is not None and view.offset.horizon_ms == 12_000
+    assert view.delivered_ms(9_400) == 12_000  # the batch before this one
+    assert view.delivered_ms(1_900) == 9_000  # a batch that ran 7 s
+    assert view.delivered_ms(1_000) == 1_900
+    assert view.delivered_ms(12_000) is None  # this batch: not delivered yet
+    assert view.delivered_ms(5_000) is None  # no batch had that timestamp
+    assert view.delivered_ms(500) is None  # before the log (deleted by Spark's retention)
+    # A batch as it saw the log when it ran (a re-run sees the same): nothing after it.
+    assert OffsetLogView(offsets, 9_000).delivered_ms(1_900) == 9_000
+    assert OffsetLogView(offsets, 9_000).delivered_ms(9_000) is None
+    (offsets / "5").unlink()  # a gap: the batch after 1_900 is unknown
+    assert OffsetLogView(offsets, 12_000).delivered_ms(1_900) is None
+    assert OffsetLogView(offsets, 12_000).delivered_ms(9_400) == 12_000
+    assert OffsetLogView(tmp_path / "missing", 1).delivered_ms(0) is None
+
+
+@pytest.mark.parametrize("mode", [op.GROUP_KEY, op.SHARD_KEY])
+@pytest.mark.parametrize("with_log", [True, False], ids=["offset log", "no offset log"])
+def test_a_member_is_not_expired_by_the_run_time_of_the_batch_that_answered_it(
+    tmp_path, mode: str, with_log: bool
+):
+    """A batch answers a member's heartbeat at its clock T, then runs 9 s (session 10 s): its
+    answer is readable only when the next batch is planned, at T + 9 s. The session counts from
+    then: woken at T + 10 s (the earliest the session could end), the group finds the
+    deadline moved to T + 19 s, emits nothing and sleeps until then. Without an offset log to
+    find the delivery in, the session counts from T, as before."""
+    from tests.test_stream_alternatives import GroupState, frames, run_apply
+
+    offsets = tmp_path / "offsets"
+    settings = dataclasses.replace(
+        SETTINGS, offsets_dir=str(offsets) if with_log else None, delivery_window_ms=60_000
+    )
+    blob, member, generation = stable_member()
+    deadline = decode_group(blob).timers[f"heartbeat-{member}"].deadline_ms
+    state = GroupState()
+    if mode == op.GROUP_KEY:
+        function = op.group_function(settings)
+        state.value = (blob,)
+    else:
+        function = op.shard_function(settings)
+        state.value = (op.encode_shard({"g": (deadline, blob)}),)
+
+    def group() -> Any:
+        assert state.value is not None
+        if mode == op.GROUP_KEY:
+            return decode_group(state.value[0])
+        return decode_group(op.decode_shard(state.value[0])["g"][1])
+
+    beat = json.dumps(
+        {"api": "heartbeat", "request_id": "h", "group_id": "g", "member_id": member,
+         "generation_id": generation}
+    )  # fmt: skip
+    answered = deadline - 5_000
+    offset_log(offsets, 1, answered, answered)
+    rows = run_apply(function, state, answered, frames([beat], 10, stamped(1, answered - 10)))
+    assert [json.loads(r[7])["error"] for r in rows if r[0] == op.RESPONSE] == [None]
+    assert state.timeout_at == answered + 10_000  # the earliest the session can end
+    delivered = answered + 9_000  # the batch ran 9 s: the next one was planned then
+    offset_log(offsets, 2, delivered, delivered)
+    assert run_apply(function, state, delivered, []) == []  # nothing due: not even called
+    woken = answered + 10_001
+    offset_log(offsets, 3, woken, woken)
+    rows = run_apply(function, state, woken, [])
+    if not with_log:
+        assert member not in group().members  # expired 1 s after it could read its answer
+        return
+    assert rows == [] and member in group().members and group().undelivered is None
+    assert group().timers[f"heartbeat-{member}"].deadline_ms == delivered + 10_000
+    assert state.timeout_at == delivered + 10_000
+    offset_log(offsets, 4, delivered + 10_001, delivered + 10_001)
+    rows = run_apply(function, state, delivered + 10_001, [])
+    assert state.value is None or member not in group().members
+    assert [r[0] for r in rows if r[0] == op.GROUP]  # the summary of the group without it
+
+
+def test_a_group_whose_delivery_is_unknown_wakes_while_the_log_still_has_it(tmp_path):
+    """A step armed a 5-minute join purgatory and nothing else: the group is woken within the
+    delivery window (while the offset log still holds the next batch), once, to look the
+    delivery up; then it sleeps until the moved deadline."""
+    offsets = tmp_path / "offsets"
+    settings = dataclasses.replace(SETTINGS, offsets_dir=str(offsets), delivery_window_ms=4_000)
+    offset_log(offsets, 1, 1_000, 1_000)
+    first = op.run_group(settings, "g", None, lines([join("j1")]), 1_000)
+    group = decode_group(first.blob)
+    assert group.undelivered is not None and group.undelivered.tag == 1_000
+    assert first.deadline_ms == 1_000 + 4_000  # the window, sooner than the 10 s session
+    offset_log(offsets, 2, 1_700, 1_700)
+    offset_log(offsets, 3, 5_001, 5_001)
+    woken = op.run_group(settings, "g", first.blob, [], 5_001, timed_out=True)
+    assert woken.rows == []
+    group = decode_group(woken.blob)
+    assert group.undelivered is None
+    session = next(t for k, t in group.timers.items() if k.startswith("heartbeat-"))
+    assert session.deadline_ms == 1_700 + 10_000
+    assert woken.deadline_ms == 1_700 + 10_000

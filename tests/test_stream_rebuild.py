@@ -606,3 +606,33 @@ def test_consumer_offsets_is_read_whole(story: Story):
         rebuild.read_log(story.settings.job.paths.tables).num_rows
         == table.to_pyarrow_table().num_rows
     )
+
+
+def test_the_sessions_a_load_gives_count_from_the_loading_batchs_delivery(story: Story, tmp_path):
+    """The batch that loads every group from the log can be long: the fresh sessions it gives
+    count, like the timers its requests arm, from the next batch's timestamp."""
+    bootstrap = tmp_path / "boot"
+    offsets = tmp_path / "offsets"
+    settings = dataclasses.replace(
+        opsettings(story, bootstrap), offsets_dir=str(offsets), delivery_window_ms=120_000
+    )
+    (load,) = [line for line in load_lines(story, bootstrap) if line.group_id == "stable"]
+    now = story.now + 3_600_000
+    meta = {"batchWatermarkMs": 0, "batchTimestampMs": now, "conf": {}}
+    offsets.mkdir()
+    (offsets / "0").write_text(f"v1\n{json.dumps(meta)}\n")
+    loaded = op.run_group(settings, "stable", None, [load], now)
+    group = decode_group(loaded.blob)
+    assert group.undelivered is not None and group.undelivered.tag == now
+    assert loaded.deadline_ms == now + SESSION_MS  # the earliest the sessions can end
+    delivered = now + SESSION_MS - 1  # the loading batch ran almost a session long
+    meta["batchTimestampMs"] = delivered
+    (offsets / "1").write_text(f"v1\n{json.dumps(meta)}\n")
+    meta["batchTimestampMs"] = now + SESSION_MS + 1
+    (offsets / "2").write_text(f"v1\n{json.dumps(meta)}\n")
+    woken = op.run_group(settings, "stable", loaded.blob, [], now + SESSION_MS + 1, timed_out=True)
+    group = decode_group(woken.blob)
+    assert list(group.members) == story.stable_ids  # not expired
+    for member_id in story.stable_ids:
+        assert group.timers[heartbeat_key(member_id)].deadline_ms == delivered + SESSION_MS
+    assert woken.rows == []
