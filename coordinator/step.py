@@ -17,8 +17,10 @@ The responses all leave at ``now_ms``, so the timers a step arms for its members
 time to rejoin or to sync) count from ``now_ms``, not from the arrival that armed them: a member
 can act on an answer only once it has it (:meth:`GroupContext.schedule`). Time a request spent
 waiting to be read therefore delays the detection of a dead member and never expires a live
-one. The step's own run time is not seen here: ``now_ms`` is when the Spark job planned the
-batch, and its answers are readable when it is written.
+one. A caller whose answers are readable only later (the Spark job: ``now_ms`` is when it
+planned the batch, and the answers are readable once the batch is written) tags the step
+(``answer_tag``) and tells the group's next step when they were delivered (``delivered_ms``):
+the timers then count from the delivery (:func:`deliver_answers`).
 
 What is decided here and not per API: the checks Kafka makes before a group is touched (group id,
 session-timeout bounds) and which function serves which API or timer.

@@ -479,6 +479,68 @@ def test_a_member_that_heartbeated_on_time_is_not_expired_by_a_job_that_lags(spa
         c.stop()
 
 
+#: The session of the member whose answer comes from a batch that runs longer than it.
+LONG_BATCH_SESSION_MS = 4_000
+
+
+def test_a_member_is_not_expired_by_the_run_time_of_the_batch_that_answered_it(
+    spark, tmp_path, monkeypatch
+):
+    """A batch answers a member's heartbeat, then runs longer than the member's session (held
+    before its tables are written, as a slow batch on a loaded box would be): the member can
+    read its answer only once the batch is written. Its session counts from then (the next
+    batch's timestamp, in the offset log), as Kafka's counts from the response it sends: the
+    heartbeat it sends on reading the answer keeps it, and the group stays Stable. (Counted
+    from the batch's clock, when it was planned, the session would have ended before the
+    answer could be read, and that heartbeat would be answered UNKNOWN_MEMBER_ID.)"""
+    import threading
+
+    holding, held, release = threading.Event(), threading.Event(), threading.Event()
+    write = job.BatchSink.write
+
+    def slow_write(sink: job.BatchSink, rows: list[dict[str, Any]], batch_id: int) -> Any:
+        answers_h1 = any(
+            r["kind"] == "response" and json.loads(r["body"]).get("request_id") == "h1"
+            for r in rows
+        )
+        if holding.is_set() and answers_h1 and not held.is_set():
+            held.set()
+            release.wait(timeout=120)
+        return write(sink, rows, batch_id)
+
+    monkeypatch.setattr(job.BatchSink, "write", slow_write)
+    c = RunningCoordinator(spark, tmp_path / "warehouse")  # shard-keyed, the default
+    c.start()
+    try:
+        group = "slow-batch"
+        generation, (member,) = form_group(c, group, 1, session_ms=LONG_BATCH_SESSION_MS)
+        holding.set()
+        c.client.submit([heartbeat("h1", group, member, generation)])
+        c.wait_for(held.is_set, what="the batch that answers h1 held before its writes")
+        held_at = time.time()  # the batch was planned (its clock) before this
+        c.wait_for(
+            lambda: time.time() > held_at + LONG_BATCH_SESSION_MS / 1000 + 1,
+            timeout_s=LONG_BATCH_SESSION_MS / 1000 + 30,
+            what="the batch to run a session and a second longer",
+        )
+        release.set()
+        answer = c.client.wait(["h1"], timeout_s=120)["h1"]
+        assert answer["error"] is None, answer
+        (again,) = c.requests([heartbeat("h2", group, member, generation)])
+        assert again["error"] is None, again
+        (described,) = c.requests(
+            [{"api": "describe_groups", "request_id": "d", "group_id": group}]
+        )
+        assert described["group_state"] == "Stable"
+        assert [m["member_id"] for m in described["members"]] == [member]
+        # The batch really answered h1 a session before h2 was served.
+        emitted = {r["request_id"]: r["emitted_at_ms"] for r in c.rows("responses")}
+        assert emitted["h2"] - emitted["h1"] > LONG_BATCH_SESSION_MS
+    finally:
+        release.set()
+        c.stop()
+
+
 def heartbeat_stamps(warehouse: Path) -> list[int | None]:
     """The arrival stamps of the archived files that hold the request "h"."""
     archive = warehouse / "archive"

@@ -480,3 +480,14 @@ def test_a_group_whose_delivery_is_unknown_wakes_while_the_log_still_has_it(tmp_
     session = next(t for k, t in group.timers.items() if k.startswith("heartbeat-"))
     assert session.deadline_ms == 1_700 + 10_000
     assert woken.deadline_ms == 1_700 + 10_000
+
+
+def test_a_batch_missing_from_the_offset_log_arms_timers_from_its_clock(tmp_path):
+    """No later batch could find this one's delivery (no offset log, as in ``LocalJob``, or a
+    batch not in it): its timers count from its clock and nothing waits for a delivery."""
+    offsets = tmp_path / "offsets"
+    settings = dataclasses.replace(SETTINGS, offsets_dir=str(offsets))
+    for operator_settings in (settings, SETTINGS):
+        outcome = op.run_group(operator_settings, "g", None, lines([join("j1")]), 1_000)
+        assert decode_group(outcome.blob).undelivered is None
+        assert outcome.deadline_ms == 1_000 + 10_000

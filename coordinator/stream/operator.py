@@ -33,6 +33,17 @@ run saw. Member ids come from :class:`coordinator.ids.KeyedIds`
 carry the batch's timestamp (``timestamp_ms``: the log's append time and the answers' emission
 time); the records' values carry the times they were served at.
 
+Delivery. A batch's answers are readable only once it is written, some time after its clock;
+Spark plans the next batch after that and writes its timestamp to the offset log before it
+runs. So the steps of a batch carry its timestamp as their answer tag
+(:meth:`OperatorSettings.answer_tag`), the member-facing timers they arm count from the clock
+for the moment (the group's Spark timeout wakes it at the earliest deadline), and the group's
+next step, in any later batch, looks the next batch's timestamp up in the offset log
+(:meth:`OperatorSettings.delivered`) and moves those timers to count from it
+(:func:`coordinator.step.deliver_answers`) before anything fires. A group woken early finds
+nothing due, emits nothing and sleeps until its moved deadline; one with nothing to do within
+``delivery_window_ms`` is woken then, once, while the offset log still holds the batch.
+
 Loads (a checkpoint rebuilt from the log, :mod:`coordinator.stream.rebuild`). A line read from
 the checkpoint's bootstrap directory (``OperatorSettings.bootstrap_dir``; never a line from the
 inbox, so that no client can inject state) is a group's compacted ``__consumer_offsets``
@@ -231,8 +242,10 @@ class OperatorSettings:
         """The tag the steps of the batch whose timestamp is ``batch_ms`` record their
         member-facing timers under (:func:`coordinator.step.step`): the timestamp itself, by
         which a later batch finds when this one's answers were delivered; None (timers count
-        from the batch's clock) without an offset log to find it in."""
-        return None if self.offsets_dir is None else batch_ms
+        from the batch's clock) when the offset log does not hold this batch (no offset log:
+        ``LocalJob``, whose caller has the answers at once), so no later batch could."""
+        view = self._log(batch_ms)
+        return None if view is None or view.batch_id is None else batch_ms
 
     def delivered(self, batch_ms: int, tag: int) -> int | None:
         """When the answers of the batch whose timestamp is ``tag`` became readable, as the
