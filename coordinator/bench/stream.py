@@ -325,7 +325,8 @@ def batchtime_stream(spark: Any, settings: Settings, opsettings: operator.Operat
     """The job's operator with every request served at its batch's time, and every timer fired
     at it: the arrival stamps are taken out of the rows' file names (``<seq>@<ms>-<name>``
     becomes an older release's ``<seq>-<name>``, whose requests have no arrival) before the
-    operator reads them, and the operator does not read the batches' input horizons."""
+    operator reads them, and the operator does not read the offset log (no input horizons,
+    and the timers a batch arms count from its clock, not from its answers' delivery)."""
     from pyspark.sql import functions as F
 
     lines = job.inbox_stream(spark, settings).withColumn(
