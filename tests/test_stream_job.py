@@ -483,8 +483,9 @@ def test_a_member_that_heartbeated_on_time_is_not_expired_by_a_job_that_lags(spa
 LONG_BATCH_SESSION_MS = 4_000
 
 
+@pytest.mark.parametrize("mode", ["shard", "group"])
 def test_a_member_is_not_expired_by_the_run_time_of_the_batch_that_answered_it(
-    spark, tmp_path, monkeypatch
+    spark, tmp_path, monkeypatch, mode
 ):
     """A batch answers a member's heartbeat, then runs longer than the member's session (held
     before its tables are written, as a slow batch on a loaded box would be): the member can
@@ -509,7 +510,7 @@ def test_a_member_is_not_expired_by_the_run_time_of_the_batch_that_answered_it(
         return write(sink, rows, batch_id)
 
     monkeypatch.setattr(job.BatchSink, "write", slow_write)
-    c = RunningCoordinator(spark, tmp_path / "warehouse")  # shard-keyed, the default
+    c = RunningCoordinator(spark, tmp_path / "warehouse", state_key=mode)
     c.start()
     try:
         group = "slow-batch"
