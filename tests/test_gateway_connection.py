@@ -627,3 +627,39 @@ def test_the_embedded_back_end_keeps_one_request_at_a_time():
         assert backend.held == 2
 
     run(test, backend=backend)
+
+
+def test_connections_arriving_while_the_event_loop_is_busy_wait_to_be_accepted():
+    """The event loop that serves requests also accepts: connections made while it is busy wait
+    in the listening socket's queue. Three hundred of them (a hundred consumers starting
+    together open that many) all complete their handshake at once; with asyncio's default
+    queue of 100 the kernel dropped the rest, whose clients sent their SYN again a second
+    later. Then each is served."""
+    count = 300
+
+    async def test(gateway: Gateway) -> None:
+        socks: list[socket.socket] = []
+        try:
+            for _ in range(count):  # on the loop's thread: nothing is accepted meanwhile
+                sock = socket.socket()
+                socks.append(sock)
+                sock.settimeout(0.5)  # below TCP's one-second retransmission of a dropped SYN
+                sock.connect(("127.0.0.1", gateway.port))
+
+            def ask_each() -> list[int]:
+                for sock in socks:
+                    sock.settimeout(10)
+                    sock.sendall(request(codec.API_VERSIONS, 3, 7))
+                return correlation_ids([read_frame(sock) or b"" for sock in socks])
+
+            assert await asyncio.to_thread(ask_each) == [7] * count
+        finally:
+            for sock in socks:
+                sock.close()
+
+    run(test)
+
+
+def test_a_listen_backlog_below_one_is_refused():
+    with pytest.raises(ValueError, match="listen_backlog"):
+        Gateway(EmbeddedBackend(), TOPICS, "127.0.0.1", 0, listen_backlog=0)

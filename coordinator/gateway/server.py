@@ -59,6 +59,14 @@ log = logging.getLogger(__name__)
 DEFAULT_MAX_REQUEST_BYTES = 1_048_576
 #: Kafka's connections.max.idle.ms default.
 DEFAULT_IDLE_TIMEOUT_S = 600.0
+#: The listening sockets' accept queue (Kafka's ``socket.listen.backlog.size``). Kafka's default
+#: is 50, with an acceptor thread that does nothing but accept; here the event loop that serves
+#: the requests also accepts, so connections arriving while it is busy wait in this queue. When
+#: it is full the kernel drops the SYN and the client sends it again only after a second (TCP's
+#: initial retransmission timeout): a hundred consumers starting together (each opens two or
+#: three connections) overflowed asyncio's default of 100 and the last ones joined a second late.
+#: The kernel caps it at ``net.core.somaxconn`` (4096 on current Linux).
+DEFAULT_LISTEN_BACKLOG = 1024
 #: On stop, how long a connection's last answers may take to go out before it is aborted.
 STOP_FLUSH_S = 2.0
 
@@ -80,12 +88,14 @@ class Gateway:
         node_id: int = 0,
         brokers: list[tuple[int, str, int]] | None = None,
         max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+        listen_backlog: int = DEFAULT_LISTEN_BACKLOG,
     ) -> None:
         """``node_id`` and ``brokers`` (node id, host, port of every node, this one included):
         one node of several (:mod:`coordinator.gateway.cluster`); by default the only one.
         ``max_in_flight``: requests on one connection while one of them waits (served and not
         answered, and read behind them), before reading pauses; with a pipelining back end, also
-        the most served at once (:mod:`coordinator.gateway.connection`)."""
+        the most served at once (:mod:`coordinator.gateway.connection`). ``listen_backlog``:
+        the accept queue of each listening socket (:data:`DEFAULT_LISTEN_BACKLOG`)."""
         self.backend = backend
         #: TLS, authentication and ACLs (:mod:`coordinator.gateway.security`); by default a
         #: PLAINTEXT listener with no authorizer, as a Kafka broker without security settings.
@@ -99,6 +109,9 @@ class Gateway:
         self.max_request_bytes = max_request_bytes
         self.idle_timeout_s = idle_timeout_s
         self.max_in_flight = max_in_flight
+        if listen_backlog < 1:
+            raise ValueError(f"listen_backlog must be at least 1, got {listen_backlog}")
+        self.listen_backlog = listen_backlog
         #: connections opened so far, and those open
         self.connections = 0
         self._open: set[Connection] = set()
@@ -146,6 +159,7 @@ class Gateway:
             self.host,
             self.port,
             ssl=self.security.context_for(None),
+            backlog=self.listen_backlog,
         )
         self.port = self._server.sockets[0].getsockname()[1]
         for listener in self.security.other_listeners:  # Kafka's further listeners
@@ -154,6 +168,7 @@ class Gateway:
                 listener.host,
                 listener.port,
                 ssl=self.security.context_for(listener),
+                backlog=self.listen_backlog,
             )
             self._other_servers.append(server)
             self.listener_ports[listener.name] = int(server.sockets[0].getsockname()[1])
@@ -198,6 +213,7 @@ class Gateway:
                     self.host,
                     port,
                     ssl=self.security.context_for(None),
+                    backlog=self.listen_backlog,
                 )
                 self._broker_servers[node_id] = server
                 log.info(
