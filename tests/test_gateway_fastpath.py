@@ -3,10 +3,12 @@ the same bytes for every response kio writes, and kio's answer to anything else.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import datetime
 import io
 import struct
+import uuid
 from typing import Any
 
 import pytest
@@ -21,7 +23,8 @@ from kio.serial._introspect import (
     is_optional,
 )
 
-from coordinator.gateway import codec, fastpath
+from coordinator.gateway import apis, codec, fastpath
+from coordinator.gateway.log_topic import LogTopic
 
 SERVED = fastpath.served()
 #: As many examples as the Hypothesis profile says (tests/conftest.py: 60 here, 400 in CI).
@@ -115,7 +118,7 @@ def test_every_version_of_the_hot_apis_that_kio_serves_is_served() -> None:
     assert set(SERVED) == expected
     # the versions real clients send (kafka-clients-notes, section 2)
     assert {(12, 4), (12, 3), (8, 9), (8, 8), (8, 2), (9, 9), (9, 8), (9, 1)} <= expected
-    assert {(11, 9), (11, 7), (11, 5), (14, 5), (14, 3)} <= expected
+    assert {(11, 9), (11, 7), (11, 5), (14, 5), (14, 3), (3, 12), (3, 9), (3, 1)} <= expected
 
 
 @CASES
@@ -242,7 +245,64 @@ def test_other_apis_and_versions_are_left_to_kio() -> None:
     )
     assert fastpath.decode_request(commit_v1[4:]) is None
     assert codec.decode_request(commit_v1[4:]).api_version == 1
-    assert fastpath.encode_response(codec.METADATA, 9, 1, {}) is None
+    assert fastpath.encode_response(codec.FIND_COORDINATOR, 4, 1, {}) is None
+
+
+async def _no_back_end(request: dict[str, Any]) -> dict[str, Any]:
+    raise AssertionError("Metadata does not reach the back end")
+
+
+def test_the_gateway_s_metadata_answer_is_written_as_kio_writes_it_at_every_version() -> None:
+    """Every consumer asks for Metadata before it joins: the answer the gateway makes (topic
+    ids, the internal log topic, hundreds of partitions) is written here, as kio writes it."""
+    ctx = apis.GatewayContext(
+        _no_back_end, {"orders": 200, "audit": 3}, "127.0.0.1", 9092, log_topic=LogTopic(None, 50)
+    )
+    for version in range(codec.SUPPORTED[codec.METADATA][1] + 1):
+        for wanted in (None, [{"name": "orders", "topic_id": None}, {"name": "nope"}]):
+            body = asyncio.run(apis.metadata(ctx, version, {"topics": wanted}))
+            fast = fastpath.encode_response(codec.METADATA, version, 7, body)
+            assert fast is not None, version
+            assert fast == kio_encoded(codec.METADATA, version, 7, body)
+
+
+def test_a_topic_id_kio_would_parse_is_left_to_kio() -> None:
+    body = {
+        "throttle_time": 0,
+        "brokers": [],
+        "cluster_id": None,
+        "controller_id": 0,
+        "topics": [
+            {
+                "error_code": 0,
+                "name": "t",
+                "topic_id": "2c1a38fa-70ae-4696-9bda-6568275dd2e3",  # a str: codec.build parses it
+                "is_internal": False,
+                "partitions": [],
+                "topic_authorized_operations": 0,
+            }
+        ],
+    }
+    assert fastpath.encode_response(codec.METADATA, 12, 1, body) is None
+    assert codec.encode_response(codec.METADATA, 12, 1, body) == kio_encoded(
+        codec.METADATA, 12, 1, body
+    )
+
+
+def test_the_zero_topic_id_reads_as_kio_reads_it() -> None:
+    """kio reads the all-zero uuid (a Metadata request naming topics by name) as None."""
+    for version in (10, 12):
+        topics = [{"name": "t", "topic_id": None}, {"name": None, "topic_id": uuid.uuid4()}]
+        body = {
+            "topics": topics,
+            "allow_auto_topic_creation": False,
+            "include_topic_authorized_operations": False,
+        }
+        frame = codec.encode_request(codec.METADATA, version, 3, body, client_id="c")[4:]
+        fast = fastpath.decode_request(frame)
+        assert fast is not None
+        assert fast == kio_decoded(codec.METADATA, version, frame)
+        assert fast.body["topics"][0]["topic_id"] is None
 
 
 def test_generated_code_is_readable() -> None:
