@@ -657,6 +657,25 @@ class Consumers:
     def _error(self, error: Any) -> None:
         self.errors.append(str(error))
 
+    def find_coordinator(self, topic: str, timeout_s: float) -> float:
+        """Until every consumer has found its group's coordinator and connected to it (each
+        asks it for a committed offset, which librdkafka sends once its coordinator connection
+        is up); returns how long that took. Run before t0, so that the join figure starts with
+        every client bootstrapped, whatever the server and the load of the box: with a fixed
+        pause, a hundred consumers on a busy box were still opening their connections after
+        t0, and the join figure measured librdkafka's bootstrap instead of the server."""
+        from confluent_kafka import TopicPartition
+
+        started = time.perf_counter()
+
+        def ask(consumer: Any) -> None:
+            consumer.committed([TopicPartition(topic, 0)], timeout=timeout_s)
+
+        with ThreadPoolExecutor(min(self.size, 32)) as pool:
+            for done in [pool.submit(ask, c) for c in self.consumers]:
+                done.result()
+        return time.perf_counter() - started
+
     def subscribe(self, topic: str) -> float:
         """Subscribe every consumer; returns t0 (just before the first subscribe)."""
         t0 = time.perf_counter()
@@ -785,7 +804,8 @@ def join_and_rebalance(
     group = f"bench-ab-{size}"
     consumers = Consumers(server.bootstrap, group, size, options)
     try:
-        time.sleep(0.5)  # bootstrap connections and the coordinator lookup, before t0
+        # Bootstrap connections and the coordinator lookup, before t0.
+        out["bootstrap_s"] = round(consumers.find_coordinator(topic, options.settle_timeout_s), 3)
         t0 = consumers.subscribe(topic)
         out["join_s"] = round(consumers.wait_settled(t0, partitions, options.settle_timeout_s), 3)
         say(f"    (a) join {size}: {out['join_s']:.3f} s")
