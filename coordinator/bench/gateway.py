@@ -7,15 +7,18 @@ Each server runs as its own process on a free 127.0.0.1 port, one after the othe
 reported and skipped. The peers get the topics from the client's admin (CreateTopics); ours from
 ``--topic``. For each group size N (one group of N consumers, a topic of 2N partitions):
 
-(a) **join**: N confluent-kafka (librdkafka) consumers are created, then all subscribe at t0 (the
-    first JoinGroup follows within milliseconds); the figure is the time from t0 until every
-    consumer's rebalance callback holds a non-empty assignment, the N assignments disjoint and
-    covering the topic. This includes the server's initial rebalance delay: Kafka's default is
-    3 s and it is extended once more when members keep arriving (KIP-134), Tansu holds a new
-    group ~5 s, noida ~0.3 s. The delay is a server setting only ours has, hence several runs
+(a) **join**: N confluent-kafka (librdkafka) consumers are created and each asks its group's
+    coordinator for a committed offset (so every one has bootstrapped, found the coordinator
+    and connected to it), then all subscribe at t0 (each sends Metadata, then JoinGroup); the
+    figure is the time from t0 until every consumer's rebalance callback holds a non-empty
+    assignment, the N assignments disjoint and covering the topic. This includes the server's
+    initial rebalance delay: Kafka's default is 3 s, extended by as much again as long as new
+    members arrived during the last one (KIP-134), Tansu holds a new group ~5 s, noida ~0.3 s
+    from its first JoinGroup. The delay is a server setting only ours has, hence several runs
     of ours (``--delays``): Kafka's default 3000, and each peer's hold (:data:`MATCHED_DELAY`:
-    150 holds like noida's ~0.3 s and 2500 like Tansu's ~5 s, each extended once); the join
-    figure of the run matched to a peer is compared with that peer's ("like for like").
+    150 holds like noida's ~0.3 s and 2500 like Tansu's ~5 s when every member arrives within
+    the first delay, which extends it once); the join figure of the run matched to a peer is
+    compared with that peer's ("like for like").
 (b) **rebalance**: one consumer closes (LeaveGroup); the time from the close until every remaining
     consumer holds its new assignment (same checks). The others learn of the rebalance from their
     next heartbeat, so this includes up to one ``--heartbeat-interval-ms``. Median of

@@ -7,7 +7,7 @@ class of that version names its header schema (``__header_schema__``), as it doe
 and kio (generated from Kafka 4's specs) lacks are read and written by
 :mod:`coordinator.gateway.legacy` from Kafka 3.9's specs, as plain data. This module only encodes
 and decodes; what to answer is :mod:`coordinator.gateway.apis`' business. The hot group APIs
-(Heartbeat, OffsetCommit, OffsetFetch, JoinGroup, SyncGroup) are read and written first by
+(Heartbeat, OffsetCommit, OffsetFetch, JoinGroup, SyncGroup) and Metadata are read and written first by
 :mod:`coordinator.gateway.fastpath`, equal to kio, which takes whatever it declines.
 """
 

@@ -1,9 +1,10 @@
 """Straight-line codecs for the hot group APIs, equal to kio's, which stays the reference.
 
 A consumer's steady traffic is Heartbeat and OffsetCommit, with OffsetFetch, JoinGroup and
-SyncGroup at each rebalance. kio reads and writes any message by walking its schema field by
-field (and :mod:`coordinator.gateway.codec` then turns entities into plain data and back); for
-these five APIs, at every version the gateway serves from kio's specs, this module has one
+SyncGroup at each rebalance, and Metadata (an answer listing every partition) before it joins.
+kio reads and writes any message by walking its schema field by field (and
+:mod:`coordinator.gateway.codec` then turns entities into plain data and back); for these six
+APIs, at every version the gateway serves from kio's specs, this module has one
 specialised function per message and version that reads a frame straight into the plain data
 :mod:`coordinator.gateway.apis` consumes, and writes plain data straight into a frame: no
 entities, no per-field dispatch.
