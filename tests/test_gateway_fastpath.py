@@ -296,6 +296,7 @@ def test_the_zero_topic_id_reads_as_kio_reads_it() -> None:
         body = {
             "topics": topics,
             "allow_auto_topic_creation": False,
+            "include_cluster_authorized_operations": False,
             "include_topic_authorized_operations": False,
         }
         frame = codec.encode_request(codec.METADATA, version, 3, body, client_id="c")[4:]
