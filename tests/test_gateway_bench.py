@@ -21,6 +21,8 @@ def test_bench_measures_every_figure_against_our_gateway():
     assert ours["status"] == "ok"
     three = ours["3"]
     assert "error" not in three, three
+    # every consumer found and connected to its coordinator before t0
+    assert 0 < three["bootstrap_s"] < 10
     assert 0 < three["join_s"] < 10  # no initial delay: a few round trips
     assert 0 < three["rebalance_s"] < 10
     assert len(three["rebalance_samples_s"]) == 1
