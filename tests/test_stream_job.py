@@ -9,6 +9,7 @@ import base64
 import json
 import os
 import random
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -394,6 +395,31 @@ def test_kafka_partition_expression_matches_partition_for(spark):
     for partitions in (1, 50, 7):
         rows = frame.selectExpr("g", f"{job.kafka_partition_expr('g', partitions)} AS p").collect()
         assert {r.g: r.p for r in rows} == {n: partition_for(n, partitions) for n in names}
+
+
+def test_inbox_files_split_into_the_lines_of_a_crlf_or_lf_split(spark):
+    """A file's lines are those of a split at "\r?\n": each line's "\r" before its "\n" is not
+    part of it, a final "\r" that no "\n" follows is, blank lines (spaces only) are skipped,
+    and only a file's last line can be unterminated."""
+    rng = random.Random(5)
+    pieces = ["\n", "\r\n", "\r", "\r\r\n", " ", "  \r\n", "x", '{"group_id": "g"}', "é", "\n\n"]
+    texts = ["", "\n", "\r", "\r\n", "a\r", "a\r\n", "a\n\r", "\r\r\n", "a\nb", "a\r\nb\r"]
+    texts += ["".join(rng.choice(pieces) for _ in range(rng.randint(1, 12))) for _ in range(300)]
+    files = spark.createDataFrame(
+        [(f"file:/inbox/{i:04d}.jsonl", text) for i, text in enumerate(texts)],
+        "source_file string, text string",
+    )
+    got = {
+        (r.source_file, r.position): (r.value, r.terminated)
+        for r in job.file_lines(files).collect()
+    }
+    want = {}
+    for i, text in enumerate(texts):
+        parts = re.split("\r?\n", text)
+        for position, value in enumerate(parts):
+            if value.strip(" "):
+                want[(f"file:/inbox/{i:04d}.jsonl", position)] = (value, position < len(parts) - 1)
+    assert got == want
 
 
 #: The lagging job's member: its session; when its heartbeat is sent after its sync; and the

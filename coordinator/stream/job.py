@@ -151,22 +151,18 @@ def _reconfigure_jvm_logging(spark: Any, options: dict[str, str]) -> None:
 def kafka_partition_expr(column: str, num_partitions: int) -> str:
     """Kafka's ``partitionFor`` in Spark SQL: ``Utils.abs(String.hashCode) % n``.
 
-    Java's hash runs over UTF-16 code units (4 hex digits each of the UTF-16BE encoding) in
-    64-bit arithmetic kept below 2^32, then ``Utils.abs`` of the signed 32-bit value
-    (Integer.MIN_VALUE maps to 0, as in Kafka)."""
-    units = f"hex(encode({column}, 'UTF-16BE'))"
-    hashed = (
-        f"if(length({column}) = 0, 0L, aggregate(sequence(0, length({units}) div 4 - 1), 0L, "
-        f"(acc, i) -> (acc * 31 + cast(conv(substr({units}, i * 4 + 1, 4), 16, 10) as bigint))"
-        f" % 4294967296L))"
-    )
-    # Utils.abs of the signed value: h >= 2^31 is negative in Java, its absolute value 2^32 - h
-    # (the one-element transform binds h once instead of computing the hash three times).
-    absolute = (
-        f"transform(array({hashed}), "
-        f"h -> if(h >= 2147483648L, if(h = 2147483648L, 0L, 4294967296L - h), h))[0]"
-    )
-    return f"cast(({absolute}) % {num_partitions} as int)"
+    Java's own ``String.hashCode``, called once per row through ``reflect`` on the static
+    ``java.util.Objects.hashCode(Object)``: Spark hands it the row's string as a
+    ``java.lang.String`` (UTF-16 code units, as Kafka's group id), and returns the int as text.
+    Then ``Utils.abs`` of it (Integer.MIN_VALUE maps to 0, as in Kafka), bound once by a
+    one-element ``transform``. (Spark marks ``reflect`` non-deterministic, as it cannot know the
+    method; this one is a pure function of the string.)
+
+    The formula it replaced computed the hash in SQL (the string's UTF-16 hex, then a fold
+    over its code units) and was about half of the JVM's CPU in a shard-keyed batch of
+    heartbeats (``README.md``, "Capacity")."""
+    hashed = f"cast(reflect('java.util.Objects', 'hashCode', {column}) as int)"
+    return f"transform(array({hashed}), h -> if(h = -2147483648, 0, abs(h)) % {num_partitions})[0]"
 
 
 def inbox_stream(spark: Any, settings: Settings) -> Any:
@@ -220,15 +216,23 @@ def file_lines(files: Any) -> Any:
 
     # One row per file, split into lines here: Spark has no line number for a text row in a
     # stream (monotonically_increasing_id is refused), and (file, line) is the order key.
+    # Split at "\n", one character, which Java splits without a regular expression ("\r?\n"
+    # ran one per file, about a quarter of the JVM's CPU in a batch of heartbeats), then drop
+    # the "\r" before a line's "\n": the same lines as "\r?\n" gives, as the last one keeps a
+    # final "\r" that no "\n" follows.
     split = files.select(
         "source_file",
         F.is_valid_utf8("text").alias("file_utf8"),
-        F.split("text", "\r?\n").alias("lines"),
+        F.split("text", "\n").alias("lines"),
     ).select(
         "source_file",
         "file_utf8",
         F.size("lines").alias("count"),
-        F.posexplode("lines").alias("position", "value"),
+        F.posexplode("lines").alias("position", "line"),
+    )
+    crlf = (F.col("position") < F.col("count") - 1) & F.col("line").endswith("\r")
+    split = split.withColumn(
+        "value", F.when(crlf, F.expr("substr(line, 1, length(line) - 1)")).otherwise(F.col("line"))
     )
     lines = split.where(F.trim("value") != "")
     return lines.select(
