@@ -305,11 +305,11 @@ def run_write(
     from coordinator.bench.stream import (
         Load,
         StreamBenchOptions,
-        form_groups,
+        formation_timeout_s,
         group_ids,
         percentile,
     )
-    from coordinator.stream.client import StreamClient
+    from coordinator.bench.stream_members import Member
     from coordinator.stream.schema import Warehouse
 
     warehouse = root / f"{index}-{write}"
@@ -347,16 +347,7 @@ def run_write(
                 raise RuntimeError(f"the job did not start: {log.read_text()[-3000:]}")
             time.sleep(0.2)
         paths = Warehouse.at(warehouse)
-        client = StreamClient(paths)
-        say(f"[{write}] forming {options.groups} groups x {options.members} members")
-        members = form_groups(
-            client,
-            group_ids(options.groups),
-            options.members,
-            options.session_timeout_ms,
-            options.session_timeout_ms,
-            timeout_s=300,
-        )
+        members = [Member(g) for g in group_ids(options.groups) for _ in range(options.members)]
         load_options = StreamBenchOptions(
             groups=options.groups,
             members=options.members,
@@ -364,10 +355,19 @@ def run_write(
             seconds=options.seconds,
             warmup_seconds=options.warmup_seconds,
             session_timeout_ms=options.session_timeout_ms,
+            rebalance_timeout_ms=options.session_timeout_ms,
         )
-        load = Load(paths, members, load_options, _Process(proc, log), None)
+        load = Load(paths, members, load_options, _Process(proc, log), None, joined=False)
         load.start()
         try:
+            # The members join, sync and heartbeat as clients do (see bench.stream_members).
+            say(f"[{write}] forming {options.groups} groups x {options.members} members")
+            timeout = formation_timeout_s(len(members))
+            load.sleep(timeout, until=load.formed)
+            if not load.formed():
+                raise RuntimeError(
+                    f"the groups did not form in {timeout:,.0f} s: {load.member_phases()}"
+                )
             say(f"[{write}] warm-up {options.warmup_seconds:g} s")
             load.sleep(options.warmup_seconds)
             driver0 = session_cpu({proc.pid})

@@ -6,15 +6,21 @@ keyed by group id, on RocksDB; ``batchtime``: ``shard`` with every request serve
 time, as before requests carried their arrival, for comparison; ``floor``: the same inbox source
 and Delta sink around a state function that answers every line NONE and decides nothing) this
 module starts the query on one
-shared SparkSession with a fresh warehouse and checkpoint, forms G groups of M members with raw
-requests, then drives the load:
+shared SparkSession with a fresh warehouse and checkpoint, then drives G groups of M members
+(:mod:`coordinator.bench.stream_members`) with raw requests:
 
 - the load runs in a process of its own (:class:`LoadProcess`), not the job's driver, so that
   the query it measures does not slow it (it still shares the machine's cores);
+- the members behave as Kafka consumers: they join their groups (the time until every member is
+  stable is "groups formed in"), heartbeat from the moment their JoinGroup is answered, through
+  the SyncGroup, the warm-up, the measured window and any recovery, and rejoin (JoinGroup, then
+  SyncGroup) when an answer tells them to; the report counts their rejoins and their groups'
+  rebalances. (The floors form no group: their members start "joined".)
 - a driver thread drops one inbox file per tick holding the heartbeats that are due (each member
   every H ms, phases spread at random over the interval; with H = 0 each member sends its next
-  heartbeat as soon as the previous one is answered, which measures capacity) and records when
-  each file was renamed into the inbox;
+  heartbeat as soon as the previous one is answered, which measures capacity; a member whose
+  JoinGroup is in flight skips its turn) and the members' JoinGroup and SyncGroup requests, and
+  records when each file was renamed into the inbox;
 - a reader thread follows the ``responses`` table (:class:`ResponseReader`) and records when each
   response became readable: latency = readable - landed;
 - probes (job modes only): a few one-member groups with a short session, formed, heartbeating
@@ -28,10 +34,12 @@ requests, then drives the load:
 instead of a fixed interval per member, the members heartbeat in turn at an offered rate: half
 the capacity during the warm-up, twice the capacity for ``--seconds``, then half of it for
 ``--recover-seconds``. Every member still heartbeats well within its session (the options are
-refused otherwise), so a heartbeat answered ``UNKNOWN_MEMBER_ID`` is a **false expiry**: the
-member was expired although its heartbeats reached the inbox on time. The job serves each
-request at its arrival in the inbox, so there should be none however far it falls behind;
-``batchtime`` shows what serving requests at the batch's time did.
+refused otherwise), from its join on, so a heartbeat answered ``UNKNOWN_MEMBER_ID`` that landed
+within one session of the member's previous heartbeat (or of its join's answer) is a **false
+expiry**: the member was expired although its heartbeats reached the inbox on time. It is
+counted once per expiry (the member then rejoins; heartbeats it had in flight are stale). The
+job serves each request at its arrival in the inbox, so there should be none however far it
+falls behind; ``batchtime`` shows what serving requests at the batch's time did.
 
 Figures come from the requests themselves, ``query.recentProgress`` (batch durations) and the
 sink's ``after_write`` hook; nothing here changes what the job does. Absolute times on a shared
@@ -71,7 +79,14 @@ from urllib.parse import unquote
 import pyarrow.parquet as pq
 
 from coordinator.bench import tws
-from coordinator.errors import Error
+from coordinator.bench.stream_members import (
+    Member,
+    MemberEvents,
+    Members,
+    heartbeat_request,
+    join_request,
+    sync_request,
+)
 from coordinator.stream import job, operator
 from coordinator.stream.client import Inbox, ResponseReader, StreamClient
 from coordinator.stream.schema import CONSUMER_OFFSETS, RESPONSES, Warehouse
@@ -336,106 +351,17 @@ def batchtime_stream(spark: Any, settings: Settings, opsettings: operator.Operat
     return job.keyed_operator(lines, settings, at_batch_time)
 
 
-# --- requests ---------------------------------------------------------------------------------
-
-
-def _join(
-    request_id: str, group_id: str, member_id: str, session_ms: int, rebalance_ms: int
-) -> dict[str, Any]:
-    return {
-        "api": "join_group",
-        "request_id": request_id,
-        "group_id": group_id,
-        "member_id": member_id,
-        "client_id": "bench",
-        "session_timeout_ms": session_ms,
-        "rebalance_timeout_ms": rebalance_ms,
-        "protocol_type": "consumer",
-        "protocols": [{"name": "range", "metadata": b""}],
-    }
-
-
-def _sync(
-    request_id: str, group_id: str, member_id: str, generation: int, assign_to: Sequence[str]
-) -> dict[str, Any]:
-    return {
-        "api": "sync_group",
-        "request_id": request_id,
-        "group_id": group_id,
-        "member_id": member_id,
-        "generation_id": generation,
-        "protocol_type": "consumer",
-        "protocol_name": "range",
-        "assignments": [{"member_id": m, "assignment": b""} for m in assign_to],
-    }
-
-
-def _heartbeat(request_id: str, group_id: str, member_id: str, generation: int) -> dict[str, Any]:
-    return {
-        "api": "heartbeat",
-        "request_id": request_id,
-        "group_id": group_id,
-        "member_id": member_id,
-        "generation_id": generation,
-    }
-
-
-@dataclass(frozen=True, slots=True)
-class Member:
-    group_id: str
-    member_id: str
-    generation: int
+# --- groups ---------------------------------------------------------------------------------
 
 
 def group_ids(count: int) -> list[str]:
     return [f"bench-{i:05d}" for i in range(count)]
 
 
-def form_groups(
-    client: StreamClient,
-    groups: Sequence[str],
-    members: int,
-    session_ms: int,
-    rebalance_ms: int,
-    timeout_s: float,
-) -> list[Member]:
-    """Stable groups through the inbox: join without an id (MEMBER_ID_REQUIRED), join with it,
-    then the leader's sync (everyone gets an empty assignment) and the followers'. One file per
-    round, for all groups."""
-
-    def answers(requests: list[dict[str, Any]], expect: int | None) -> list[dict[str, Any]]:
-        got = client.requests(requests, timeout_s=timeout_s)
-        bad = [a for a in got if expect is not None and a["error_code"] != expect]
-        if bad:
-            raise RuntimeError(f"forming groups: {len(bad)} unexpected answers, e.g. {bad[0]}")
-        return got
-
-    slots = [(g, k) for g in groups for k in range(members)]
-    first = answers(
-        [_join(f"f0.{g}.{k}", g, "", session_ms, rebalance_ms) for g, k in slots], 79
-    )  # MEMBER_ID_REQUIRED
-    ids = [a["member_id"] for a in first]
-    joined = answers(
-        [
-            _join(f"f1.{g}.{k}", g, ids[i], session_ms, rebalance_ms)
-            for i, (g, k) in enumerate(slots)
-        ],
-        0,
-    )
-    by_group: dict[str, list[Member]] = {}
-    leaders: dict[str, str] = {}
-    for (g, _), answer in zip(slots, joined, strict=True):
-        by_group.setdefault(g, []).append(Member(g, answer["member_id"], answer["generation_id"]))
-        leaders[g] = answer["leader"]
-    syncs = []
-    for g, group in by_group.items():
-        assign_to = [m.member_id for m in group]
-        ordered = sorted(group, key=lambda m: m.member_id != leaders[g])  # the leader first
-        for k, m in enumerate(ordered):
-            assignments = assign_to if m.member_id == leaders[g] else []
-            syncs.append(_sync(f"f2.{g}.{k}", g, m.member_id, m.generation, assignments))
-    answers(syncs, 0)
-    return [m for g in groups for m in by_group[g]]
+def formation_timeout_s(members: int) -> float:
+    """How long the members may take to form their groups: three round trips (JoinGroup,
+    JoinGroup with the id, SyncGroup) of a batch that holds every member."""
+    return 3 * (120 + 0.02 * members)
 
 
 # --- following consumer_offsets ---------------------------------------------------------------
@@ -556,13 +482,13 @@ class Probes:
         rid = f"p{probe.index}.{probe.cycle}.{phase}"
         session = self.session_ms
         if phase in ("join0", "join1"):
-            request = _join(rid, probe.group_id, probe.member_id, session, session)
+            request = join_request(rid, probe.group_id, probe.member_id, session, session)
         elif phase == "sync":
-            request = _sync(
+            request = sync_request(
                 rid, probe.group_id, probe.member_id, probe.generation, [probe.member_id]
             )
         else:
-            request = _heartbeat(rid, probe.group_id, probe.member_id, probe.generation)
+            request = heartbeat_request(rid, probe.group_id, probe.member_id, probe.generation)
         self._pending.append(request)
 
     def _restart(self, probe: _Probe, reason: str) -> None:
@@ -648,11 +574,14 @@ class _Measured:
     #: (time, outstanding heartbeats), once a second.
     outstanding: list[tuple[float, int]] = field(default_factory=list)
     files: int = 0
-    #: Outstanding heartbeats: request id -> when the member's previous heartbeat landed.
-    previous: dict[str, float] = field(default_factory=dict)
-    #: Heartbeats answered UNKNOWN_MEMBER_ID although the member's previous one had landed
-    #: within its session: (landed, member index).
-    false_expiries: list[tuple[float, int]] = field(default_factory=list)
+    #: What the members did: rejoins, generations, false expiries (see :class:`Members`).
+    members: MemberEvents = field(default_factory=MemberEvents)
+
+    @property
+    def false_expiries(self) -> list[tuple[float, int]]:
+        """Heartbeats answered UNKNOWN_MEMBER_ID although the member had heartbeated within its
+        session since its latest join: (landed, member index)."""
+        return self.members.false_expiries
 
 
 def _sleep(check: Callable[[], None], seconds: float, until: Callable[[], bool] | None) -> None:
@@ -676,6 +605,7 @@ class Load:
         options: StreamBenchOptions,
         query: Any,
         probes: Probes | None,
+        joined: bool = True,
     ) -> None:
         self.inbox = Inbox(paths.inbox)
         self.reader = ResponseReader(paths.table(RESPONSES))
@@ -683,25 +613,30 @@ class Load:
             paths.table(CONSUMER_OFFSETS),
             ["record_type", "group_id", "timestamp_ms", "written_at_ms", "members"],
         )
-        self.members = list(members)
         self.options = options
         self.query = query
         self.probes = probes
         self.m = _Measured()
+        #: The members' state machines (formed and driven here: they heartbeat from their join).
+        self.members = Members(
+            members,
+            options.session_timeout_ms,
+            options.rebalance_timeout_ms,
+            joined=joined,
+            now=time.time(),
+        )
+        self.m.members = self.members.events
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self.sending = True
         # Open loop: member i is due at start + phase[i] + n * H, taken in phase order.
         rng = random.Random(options.seed)
         period = options.heartbeat_ms
-        phases = [rng.random() * period for _ in self.members]
-        self._order = sorted(range(len(self.members)), key=phases.__getitem__)
+        phases = [rng.random() * period for _ in members]
+        self._order = sorted(range(len(members)), key=phases.__getitem__)
         self._phase = phases
         self._cursor = 0
         self._round = 0
-        self._sequence = [0] * len(self.members)
-        # Closed loop: members whose last heartbeat is answered.
-        self._free = set(range(len(self.members)))
         # Overload and capacity steps: members in turn at the offered rate (``rate`` when set,
         # else the overload's schedule from when the window starts).
         self.rate: float | None = None
@@ -709,7 +644,6 @@ class Load:
         self._owed = 0.0
         self._next_member = 0
         self._last_due: float | None = None
-        self._last_landed: list[float | None] = [None] * len(self.members)
         self._threads: list[threading.Thread] = []
         self._failure: BaseException | None = None
 
@@ -745,7 +679,17 @@ class Load:
     def sleep(self, seconds: float, until: Callable[[], bool] | None = None) -> None:
         _sleep(self.check, seconds, until)
 
+    def formed(self) -> bool:
+        """Every member has joined and synced (each group formed)."""
+        with self._lock:
+            return self.members.formed()
+
+    def member_phases(self) -> dict[str, int]:
+        with self._lock:
+            return self.members.phases()
+
     def _due(self, now: float) -> list[int]:
+        """The members whose heartbeat is due (those not heartbeating skip their turn)."""
         if not self.sending:
             return []
         if self.options.overload_capacity is not None or self.options.capacity_rates:
@@ -765,8 +709,7 @@ class Load:
             return due
         if self.options.heartbeat_ms == 0:
             with self._lock:
-                due, self._free = sorted(self._free), set()
-            return due
+                return self.members.idle()
         due = []
         period = self.options.heartbeat_ms / 1000.0
         while True:
@@ -796,25 +739,22 @@ class Load:
             self._stop.wait(max(0.0, next_tick - time.time()))
 
     def _send(self, due: list[int]) -> None:
-        requests = []
-        ids = []
-        previous = []
-        for index in due:
-            member = self.members[index]
-            self._sequence[index] += 1
-            rid = f"h{index}.{self._sequence[index]}"
-            ids.append(rid)
-            requests.append(_heartbeat(rid, member.group_id, member.member_id, member.generation))
-            previous.append(self._last_landed[index] or self._started)
+        """One inbox file: the due members' heartbeats, the members' JoinGroup and SyncGroup
+        requests (sent whatever the schedule, as a client rejoins at once) and the probes'."""
+        now = time.time()
+        with self._lock:
+            beats = self.members.heartbeats(due)
+            joins = self.members.membership(now) if self.sending else []
+        ids = [rid for rid, _ in beats]
         probing = self.probes.take() if self.probes is not None else []
-        requests.extend(probing)
+        requests = [request for _, request in beats] + joins + probing
         if not requests:
             return
         before = time.time()
         with self._lock:  # before the file exists, so no answer can come unmatched
-            for rid, last in zip(ids, previous, strict=True):
+            for rid in ids:
                 self.m.landed[rid] = before
-                self.m.previous[rid] = last
+            self.members.landed(ids, before)
         self.inbox.submit(requests)
         landed = time.time()
         if probing and self.probes is not None:
@@ -825,8 +765,6 @@ class Load:
                 if rid in self.m.landed:
                     self.m.landed[rid] = landed
                 self.m.sent.append(landed)
-        for index in due:
-            self._last_landed[index] = landed
 
     def _read(self) -> None:
         poll = self.options.poll_ms / 1000.0
@@ -838,6 +776,9 @@ class Load:
                 rid = row["request_id"] or ""
                 if rid.startswith("h"):
                     self._answered(row, now)
+                elif rid.startswith("m"):
+                    with self._lock:
+                        self.members.on_membership(row, now)
                 elif rid.startswith("p") and self.probes is not None:
                     self.probes.on_response(row)
             if records and self.probes is not None:
@@ -845,25 +786,16 @@ class Load:
             self._stop.wait(poll)
 
     def _answered(self, row: dict[str, Any], now: float) -> None:
-        """A heartbeat's answer, readable at ``now``: its round trip, its error, and whether it
-        is a false expiry (UNKNOWN_MEMBER_ID although the member's previous heartbeat had
-        landed within its session)."""
+        """A heartbeat's answer, readable at ``now``: its round trip and its error; then the
+        member's reaction (a rejoin; a false expiry counted: :class:`Members`)."""
         rid = row["request_id"]
         with self._lock:
             landed = self.m.landed.pop(rid, None)
-            previous = self.m.previous.pop(rid, None)
             if landed is None:
                 return
             self.m.answered.append((landed, now))
             self.m.errors.append((landed, row["error"] or "NONE"))
-            index = int(rid[1:].split(".")[0])
-            self._free.add(index)
-            if (
-                row["error_code"] == Error.UNKNOWN_MEMBER_ID
-                and previous is not None
-                and landed - previous <= self.options.session_timeout_ms / 1000.0
-            ):
-                self.m.false_expiries.append((landed, index))
+            self.members.on_heartbeat(rid, row["error_code"], now)
 
     def round_trips(self) -> list[float]:
         """Seconds from landed to readable of every heartbeat answered so far."""
@@ -896,11 +828,12 @@ def _serve_load(
     options: StreamBenchOptions,
     probe_count: int | None,
     at_batch_time: bool,
+    joined: bool,
 ) -> None:
     """A :class:`LoadProcess`'s child: a :class:`Load` (and its probes) serving the parent's
     calls, ``(name, args)`` -> ``("ok", value)`` or ``("error", text)``, until ``result``."""
     probes = None if probe_count is None else Probes(probe_count, at_batch_time)
-    load = Load(paths, members, options, None, probes)
+    load = Load(paths, members, options, None, probes, joined)
     while True:
         name, args = conn.recv()
         try:
@@ -940,6 +873,7 @@ class LoadProcess:
         options: StreamBenchOptions,
         query: Any,
         probes: Probes | None,
+        joined: bool = True,
     ) -> None:
         import multiprocessing
 
@@ -949,7 +883,7 @@ class LoadProcess:
         at_batch_time = probes is not None and probes.at_batch_time
         self._process = context.Process(
             target=_serve_load,
-            args=(child, paths, list(members), options, probe_count, at_batch_time),
+            args=(child, paths, list(members), options, probe_count, at_batch_time, joined),
             daemon=True,
             name="bench-load",
         )
@@ -1016,6 +950,12 @@ class LoadProcess:
 
     def round_trips(self) -> list[float]:
         return list(self._call("round_trips"))
+
+    def formed(self) -> bool:
+        return bool(self._call("formed"))
+
+    def member_phases(self) -> dict[str, int]:
+        return dict(self._call("member_phases"))
 
 
 # --- one mode ---------------------------------------------------------------------------------
@@ -1098,12 +1038,13 @@ def run_mode(
     else:
         running = job.start(spark, settings, after_write)
     try:
+        formed_s: float | None = None
         if mode in FLOORS:
+            # The floors form no group: every member is "joined" and answered NONE.
             members = [
                 Member(g, f"floor-{g}-{k}", 1) for g in groups for k in range(options.members)
             ]
             probes = None
-            formed_s: float | None = None
         else:
             client = StreamClient(paths)
             # The query's first batch is slow (a cold start): out of the way before the joins,
@@ -1112,21 +1053,25 @@ def run_mode(
                 {"api": "offset_fetch", "request_id": "warm-up", "group_id": "bench-warm-up"},
                 timeout_s=300,
             )
-            say(f"[{mode}] forming {options.groups} groups x {options.members} members")
-            formed = time.time()
-            members = form_groups(
-                client,
-                groups,
-                options.members,
-                options.session_timeout_ms,
-                options.rebalance_timeout_ms,
-                timeout_s=120 + 0.02 * len(groups) * options.members,
-            )
-            formed_s = time.time() - formed
+            members = [Member(g) for g in groups for _ in range(options.members)]
             probes = Probes(min(options.probes, options.groups), at_batch_time=mode == BATCHTIME)
-        load = LoadProcess(paths, members, options, running.query, probes)
+        joined = mode in FLOORS
+        load = LoadProcess(paths, members, options, running.query, probes, joined=joined)
         load.start()
         try:
+            if not joined:
+                # The members join and sync as clients do, heartbeating from their JoinGroup's
+                # answer on (at the warm-up's schedule), and rejoin when told to.
+                say(f"[{mode}] forming {options.groups} groups x {options.members} members")
+                formed = time.time()
+                timeout = formation_timeout_s(len(members))
+                load.sleep(timeout, until=load.formed)
+                if not load.formed():
+                    raise RuntimeError(
+                        f"the groups did not form in {timeout:,.0f} s: members by phase "
+                        f"{load.member_phases()}"
+                    )
+                formed_s = time.time() - formed
             say(f"[{mode}] warm-up {warmup_s:g} s")
             load.sleep(warmup_s)
             t0 = time.time()
@@ -1328,6 +1273,7 @@ def _mode_figures(
             "drain_s": round(drained - t1, 1),
         },
         "errors": dict(errors),
+        "membership": None if mode in FLOORS else _membership_figures(m.members, t0, t1),
         "overload": None
         if options.overload_capacity is None
         else _overload_figures(options, m, t0, t1),
@@ -1353,10 +1299,13 @@ def _overload_figures(
     options: StreamBenchOptions, m: _Measured, t0: float, t1: float
 ) -> dict[str, Any]:
     """Per phase of the overload (2x the capacity, then half of it): offered and answered
-    rates, latency and false expiries (by when the heartbeat landed); the run's false
-    expiries in all (warm-up and drain included)."""
+    rates, latency and false expiries (by when the heartbeat landed), the members' rejoins
+    and their groups' rebalances (by when the answer that caused them was read); the run's
+    false expiries, rebalances and rejoins in all (forming the groups, warm-up and drain
+    included)."""
     assert options.overload_capacity is not None
     boundary = t0 + options.seconds
+    rebalances_seen = rebalances(m.members)
     phases = []
     for name, start, end in (("2x", t0, boundary), ("0.5x", boundary, t1)):
         span = max(end - start, 1e-9)
@@ -1372,6 +1321,8 @@ def _overload_figures(
                     [1000.0 * (r - s) for s, r in m.answered if start <= s < end], 50, 99
                 ),
                 "false_expiries": sum(1 for s, _ in m.false_expiries if start <= s < end),
+                "rejoins": sum(1 for t, _, _ in m.members.rejoins if start <= t < end),
+                "rebalances": sum(1 for t, _, _ in rebalances_seen if start <= t < end),
             }
         )
     return {
@@ -1380,6 +1331,44 @@ def _overload_figures(
         "false_expiries": len(m.false_expiries),
         "members_falsely_expired": len({index for _, index in m.false_expiries}),
         "goal_no_false_expiry": not m.false_expiries,
+        "rebalances": len(rebalances_seen),
+        "rejoins": len(m.members.rejoins),
+    }
+
+
+def rebalances(events: MemberEvents) -> list[tuple[float, str, int]]:
+    """Every generation after a group's first, as (read at, group, generation): the group's
+    rebalances (those the bench's members joined)."""
+    first: dict[str, int] = {}
+    for _, group, generation in events.generations:
+        first[group] = min(first.get(group, generation), generation)
+    return [(t, g, n) for t, g, n in events.generations if n > first[g]]
+
+
+def _membership_figures(events: MemberEvents, t0: float, t1: float) -> dict[str, Any]:
+    """The members' rebalances and rejoins (their causes: the answer and the request it
+    answered), the whole run's and split by when they happened: before the measured window
+    (forming the groups, warm-up), in it, after it (drain)."""
+
+    def split(times: list[float]) -> dict[str, int]:
+        return {
+            "before_window": sum(1 for t in times if t < t0),
+            "window": sum(1 for t in times if t0 <= t < t1),
+            "after_window": sum(1 for t in times if t >= t1),
+        }
+
+    done = rebalances(events)
+    return {
+        "rebalances": len(done),
+        "groups_rebalanced": len({g for _, g, _ in done}),
+        "rebalances_by_phase": split([t for t, _, _ in done]),
+        "rejoins": len(events.rejoins),
+        "members_rejoined": len({i for _, i, _ in events.rejoins}),
+        "rejoins_by_phase": split([t for t, _, _ in events.rejoins]),
+        "rejoin_causes": dict(Counter(cause for _, _, cause in events.rejoins)),
+        "membership_errors": dict(Counter(e for _, e in events.membership_errors)),
+        "false_expiries": len(events.false_expiries),
+        "expiries_after_silence": len(events.expiries),
     }
 
 
@@ -1599,6 +1588,19 @@ def format_report(result: dict[str, Any]) -> str:
         if other:
             notes.append(f"heartbeat errors {other}")
         lines.append(f"  {mode}: " + "; ".join(notes))
+        members = f.get("membership")
+        if members is not None:
+            by, rj = members["rebalances_by_phase"], members["rejoins_by_phase"]
+            causes = ", ".join(f"{c} {n:,}" for c, n in sorted(members["rejoin_causes"].items()))
+            lines.append(
+                f"    members: {members['rebalances']:,} rebalances in "
+                f"{members['groups_rebalanced']:,} groups ({by['before_window']:,} while forming"
+                f" and warming up, {by['window']:,} measured, {by['after_window']:,} after); "
+                f"{members['rejoins']:,} rejoins by {members['members_rejoined']:,} members "
+                f"({rj['before_window']:,} / {rj['window']:,} / {rj['after_window']:,}"
+                + (f"; {causes}" if causes else "")
+                + f"); {members['expiries_after_silence']:,} expiries after a silence"
+            )
         overload = f.get("overload")
         if overload is not None:
             for phase in overload["phases"]:
@@ -1608,14 +1610,15 @@ def format_report(result: dict[str, Any]) -> str:
                     f"{phase['offered_per_s']:,.0f}/s, answered {phase['answered_per_s']:,.0f}/s, "
                     f"latency p50 {_cell(latency['p50'], 1).strip()} ms, p99 "
                     f"{_cell(latency['p99'], 1).strip()} ms, false expiries "
-                    f"{phase['false_expiries']:,}"
+                    f"{phase['false_expiries']:,}, rebalances {phase['rebalances']:,}, rejoins "
+                    f"{phase['rejoins']:,}"
                 )
             verdict = "ok" if overload["goal_no_false_expiry"] else "MISSED"
             lines.append(
                 f"    false expiries in the whole run (heartbeats answered UNKNOWN_MEMBER_ID "
-                f"although the member heartbeated within its session): "
-                f"{overload['false_expiries']:,} ({overload['members_falsely_expired']:,} "
-                f"members; goal 0) {verdict}"
+                f"although the member had heartbeated within its session since its latest "
+                f"join): {overload['false_expiries']:,} "
+                f"({overload['members_falsely_expired']:,} members; goal 0) {verdict}"
             )
         capacity = f.get("capacity")
         if capacity is not None:
