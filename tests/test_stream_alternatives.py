@@ -19,6 +19,7 @@ import pytest
 
 from coordinator.bench import stream as bench
 from coordinator.bench import tws
+from coordinator.bench.stream_members import Member
 from coordinator.config import CoordinatorConfig
 from coordinator.errors import Error
 from coordinator.group.snapshot import decode_group
@@ -396,12 +397,13 @@ def test_the_overload_offers_twice_the_capacity_then_half_of_it():
     assert (args.overload, args.recover_seconds, args.modes) == (2000.0, 30.0, "batchtime")
 
 
-def test_an_unknown_member_after_heartbeats_on_time_is_a_false_expiry(tmp_path: Path):
-    members = [bench.Member("g", f"m{i}", 1) for i in range(3)]
+def test_the_load_sends_members_in_turn_and_a_falsely_expired_member_rejoins(tmp_path: Path):
+    members = [Member("g", f"m{i}", 1) for i in range(3)]
     options = bench.StreamBenchOptions(
         groups=1, members=3, overload_capacity=100, session_timeout_ms=30_000
     )
-    load = bench.Load(Warehouse.at(str(tmp_path)), members, options, None, None)
+    paths = Warehouse.at(str(tmp_path))
+    load = bench.Load(paths, members, options, None, None)  # joined: as the floors start
     load._started = start = time.time()
     load.window_start = start
     load._due(start)
@@ -413,19 +415,30 @@ def test_an_unknown_member_after_heartbeats_on_time_is_a_false_expiry(tmp_path: 
         "h0.2": (Error.UNKNOWN_MEMBER_ID, "UNKNOWN_MEMBER_ID"),  # previous one on time: false
         "h1.2": (Error.NONE, None),
         "h2.1": (Error.UNKNOWN_MEMBER_ID, "UNKNOWN_MEMBER_ID"),  # the first, just after start
+        "h0.1": (Error.UNKNOWN_MEMBER_ID, "UNKNOWN_MEMBER_ID"),  # sent before the rejoin: stale
     }
     for rid, (code, name) in answers.items():
         load._answered({"request_id": rid, "error_code": int(code), "error": name}, time.time())
     assert sorted(index for _, index in load.m.false_expiries) == [0, 2]
-    # A member silent for longer than its session was rightly expired: not counted.
-    load.m.previous["h1.3"] = time.time() - 31
-    load.m.landed["h1.3"] = time.time()
-    load._answered({"request_id": "h1.3", "error_code": 25, "error": "UNKNOWN_MEMBER_ID"}, 0.0)
-    assert len(load.m.false_expiries) == 2
+    assert len(load.m.answered) == 4  # every answer is a round trip all the same
+    # The two expired members join again as new members in the next file, and send no
+    # heartbeat until their JoinGroup is answered.
+    load._send([0, 1, 2])
+    (newest,) = sorted(paths.inbox.glob("*.jsonl"))[-1:]
+    sent = [json.loads(line) for line in newest.read_text().splitlines()]
+    assert [(r["api"], r["member_id"]) for r in sent] == [
+        ("heartbeat", "m1"),
+        ("join_group", ""),
+        ("join_group", ""),
+    ]
     figures = bench._overload_figures(options, load.m, time.time() - 10, time.time() + 1)
     assert figures["false_expiries"] == 2 and figures["members_falsely_expired"] == 2
     assert figures["goal_no_false_expiry"] is False
+    assert figures["rejoins"] == 2 and figures["rebalances"] == 0
     assert [p["phase"] for p in figures["phases"]] == ["2x", "0.5x"]
+    assert [p["rejoins"] for p in figures["phases"]] == [2, 0]
+    membership = bench._membership_figures(load.m.members, time.time() - 10, time.time() + 1)
+    assert membership["rejoin_causes"] == {"heartbeat:UNKNOWN_MEMBER_ID": 2}
 
 
 def test_capacity_steps_are_checked_and_the_capacity_is_the_last_sustained_rate():
