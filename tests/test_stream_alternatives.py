@@ -537,6 +537,32 @@ def test_the_capacity_bench_steps_the_two_floors_through_the_job_sink(spark: Any
     assert "capacity over the stateless floor's" in report and "floor-shard" in report
 
 
+@pytest.mark.slow
+def test_the_overload_bench_forms_its_groups_through_the_job_and_reports_members(
+    spark: Any, tmp_path: Path
+):
+    options = bench.StreamBenchOptions.quick(
+        modes=("shard",),
+        overload_capacity=20.0,
+        seconds=3.0,
+        recover_seconds=2.0,
+        warmup_seconds=2.0,
+        drain_seconds=30.0,
+        probes=0,
+        warehouse=str(tmp_path),
+    )
+    result = bench.stream_bench(options, spark=spark)
+    figures = result["modes"]["shard"]
+    assert figures["formed_s"] is not None  # every member joined and synced through the job
+    assert figures["backlog"]["unanswered_after_drain"] == 0
+    assert figures["overload"]["false_expiries"] == 0
+    assert figures["membership"]["false_expiries"] == 0
+    assert figures["membership"]["expiries_after_silence"] == 0
+    assert figures["errors"] == {"NONE": figures["errors"]["NONE"]}
+    report = bench.format_report(result)
+    assert "rebalances in" in report and "rejoins by" in report
+
+
 @pytest.fixture
 def arrow_batch_of_3(spark: Any) -> Iterator[None]:
     spark.conf.set(bench.ARROW_BATCH, "3")
