@@ -33,10 +33,17 @@ from coordinator.requests import (
     bad_request_response,
     error_response,
     parse,
+    plain_heartbeat_fields,
     response,
 )
 from coordinator.serde import DecodeError
-from coordinator.step import fire_timer, precheck, precheck_message, serve
+from coordinator.step import (
+    fire_timer,
+    precheck,
+    precheck_message,
+    serve,
+    serve_plain_heartbeat,
+)
 from coordinator.topics import EMPTY_IMAGE, TopicImage
 
 
@@ -104,6 +111,9 @@ class GroupCoordinator:
         (:meth:`GroupContext.schedule`)."""
         out: list[dict[str, Any]] = []
         self._advance(now_ms, out, answered_ms)
+        fields = plain_heartbeat_fields(request)
+        if fields is not None and self._plain_heartbeat(request, fields, out, answered_ms):
+            return out
         try:
             parsed = parse(request)
         except BadRequest as problem:
@@ -338,6 +348,35 @@ class GroupCoordinator:
         ctx = self._context(group_id, self._groups.get(group_id), out, answered_ms)
         serve(ctx, request)
         self._commit(ctx)
+
+    def _plain_heartbeat(
+        self,
+        raw: dict[str, Any],
+        fields: tuple[str | int, str, str, int],
+        out: list[dict[str, Any]],
+        answered_ms: int | None,
+    ) -> bool:
+        """Serve a plain heartbeat (:func:`plain_heartbeat_fields`) for a classic group, or
+        none, of a partition loaded here as the step serves it
+        (:func:`coordinator.step.serve_plain_heartbeat`), without building its Request: what
+        :meth:`_handle` does with it, whose checks it passes. False, having done nothing, for
+        any other (an empty group id, a partition not served, a consumer group), which goes
+        the general way so that every error stays the same."""
+        group_id = fields[1]
+        if group_id == "":
+            return False
+        partition = self.partition_for(group_id)
+        if partition not in self._owned or partition in self._loading:
+            return False
+        group = self._groups.get(group_id)
+        if isinstance(group, ConsumerGroup):
+            return False
+        ctx = self._context(group_id, group, out, answered_ms)
+        errors = len(self.internal_errors)
+        serve_plain_heartbeat(ctx, raw, fields, out, self.internal_errors)
+        if len(self.internal_errors) == errors:  # as handle keeps nothing of a failed request
+            self._commit(ctx)
+        return True
 
     def _list_groups(self, request: Request) -> dict[str, Any]:
         listed = [

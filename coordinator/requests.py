@@ -39,6 +39,7 @@ MAX_API_VERSION: dict[str, int] = {
     "consumer_group_describe": 1,
 }
 APIS = frozenset(MAX_API_VERSION)
+_HEARTBEAT_MAX = MAX_API_VERSION["heartbeat"]
 
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
@@ -336,17 +337,20 @@ def parse_in_full(raw: Any) -> Request:
 
 def plain_heartbeat_fields(raw: Any) -> tuple[str | int, str, str, int] | None:
     """(request id, group id, member id, generation) of the commonest request, read without the
-    general field readers: a heartbeat of the newest version with ASCII ids, a plain int
-    generation and no instance id. None for anything else, which :func:`parse` reads in full
-    (so every error and its message stay the same)."""
+    general field readers: a heartbeat with no version (the newest) or a supported one as a
+    plain int (what the gateway hands on), ASCII ids, a plain int generation and no instance id.
+    None for anything else, which :func:`parse` reads in full (so every error and its message
+    stay the same). Serving it does not depend on its version: no version of Heartbeat
+    changes what a heartbeat without an instance id does or answers."""
     if type(raw) is not dict or raw.get("api") != "heartbeat":
         return None
     request_id = raw.get("request_id")
     group_id = raw.get("group_id")
     member_id = raw.get("member_id")
     generation = raw.get("generation_id")
+    version = raw.get("api_version")
     if (
-        raw.get("api_version") is None
+        (version is None or (type(version) is int and 0 <= version <= _HEARTBEAT_MAX))
         and raw.get("group_instance_id") is None
         and (type(request_id) is int or (type(request_id) is str and request_id.isascii()))
         and type(group_id) is str
@@ -367,8 +371,11 @@ def _plain_heartbeat(raw: dict[str, Any]) -> Request | None:
     if fields is None:
         return None
     request_id, group_id, member_id, generation = fields
+    version = raw.get("api_version")
     body = {"member_id": member_id, "group_instance_id": None, "generation_id": generation}
-    return Request("heartbeat", request_id, group_id, MAX_API_VERSION["heartbeat"], body)
+    return Request(
+        "heartbeat", request_id, group_id, _HEARTBEAT_MAX if version is None else version, body
+    )
 
 
 # --- behaviour Kafka ties to versions -----------------------------------------------------------

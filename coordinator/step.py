@@ -282,7 +282,7 @@ def step(
             and fields[1] == group_id != ""
             and not isinstance(ctx.group, ConsumerGroup)
         ):
-            _serve_plain_heartbeat(ctx, raw, fields, responses, internal_errors)
+            serve_plain_heartbeat(ctx, raw, fields, responses, internal_errors)
         else:
             _serve_raw(ctx, raw, config, responses, internal_errors)
     ctx.now_ms = max(ctx.now_ms, now_ms)
@@ -333,7 +333,7 @@ def _undelivered(group: Group, answered_ms: int, after_seq: int, tag: int) -> Un
     return None
 
 
-def _serve_plain_heartbeat(
+def serve_plain_heartbeat(
     ctx: GroupContext,
     raw: dict[str, Any],
     fields: tuple[str | int, str, str, int],
@@ -343,7 +343,8 @@ def _serve_plain_heartbeat(
     """Serve a plain heartbeat (:func:`coordinator.requests.plain_heartbeat_fields`) for the
     context's own group, classic or none: what :func:`_serve_raw` does with it (it passes every
     check there and :func:`coordinator.group.membership.heartbeat` serves it), without building
-    its Request."""
+    its Request. The facade serves its plain heartbeats here too
+    (:meth:`coordinator.engine.GroupCoordinator.handle`)."""
     request_id, group_id, member_id, generation = fields
     try:
         error = membership.heartbeat_member(ctx, member_id, None, generation)

@@ -75,7 +75,7 @@ numbers = st.one_of(
             "member_id": ids,
             "generation_id": numbers,
             "group_instance_id": ids,
-            "api_version": numbers,
+            "api_version": st.one_of(numbers, st.integers(-1, 5)),
             "extra": ids,
         },
     )

@@ -1,0 +1,269 @@
+"""The engine's facade serves a plain heartbeat (the commonest request, as the gateway hands it
+on) without building its Request, by the step's own plain-heartbeat server; every other request
+goes the general way. Over random sequences of heartbeats (valid, stale generation, unknown
+member, another group's member, a rebalancing group, static members with and without their
+instance id, every version and odd ones, empty, unknown, unowned and loading groups, a consumer
+group) mixed with joins, syncs, leaves, commits and the clock jumping, two engines, one with the
+plain path and one reading every request through the general field readers and checks, give
+exactly the same answers, records, touched groups, timers and group state."""
+
+from __future__ import annotations
+
+import importlib
+import itertools
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from coordinator import CoordinatorConfig, GroupCoordinator, SequentialIds, requests
+from coordinator.group.snapshot import encode_group
+from coordinator.log.partitioning import partition_for
+
+engine_module = importlib.import_module("coordinator.engine")
+
+PARTITIONS = 5
+CONFIG = CoordinatorConfig(
+    group_min_session_timeout_ms=10,
+    group_initial_rebalance_delay_ms=50,
+    offsets_topic_num_partitions=PARTITIONS,
+)
+#: Two classic groups formed first, a consumer group, and ids no group has.
+CLASSIC = ("g", "h")
+CONSUMER = "cg"
+
+
+def _group_on_another_partition(taken: set[int]) -> str:
+    for n in itertools.count():
+        group_id = f"x{n}"
+        if partition_for(group_id, PARTITIONS) not in taken:
+            return group_id
+    raise AssertionError("unreachable")
+
+
+_TAKEN = {partition_for(g, PARTITIONS) for g in (*CLASSIC, CONSUMER)}
+#: A group of a partition this coordinator does not own, and one of a partition loading.
+UNOWNED = _group_on_another_partition(_TAKEN)
+LOADING = _group_on_another_partition(_TAKEN | {partition_for(UNOWNED, PARTITIONS)})
+GROUP_IDS = (*CLASSIC, *CLASSIC, *CLASSIC, CONSUMER, "nobody")
+INSTANCES = ("i1", "i2")
+
+
+class Pair:
+    """The same calls on two engines: ``fast`` as shipped, ``general`` with every request read
+    by :func:`coordinator.requests.parse_in_full` and served by the general checks."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        owned = set(range(PARTITIONS)) - {partition_for(UNOWNED, PARTITIONS)}
+        self.fast = GroupCoordinator(CONFIG, id_source=SequentialIds(), owned_partitions=owned)
+        self.general = GroupCoordinator(CONFIG, id_source=SequentialIds(), owned_partitions=owned)
+        for engine in (self.fast, self.general):
+            engine.begin_loading(partition_for(LOADING, PARTITIONS))
+        self.monkeypatch = monkeypatch
+        self.now = 0
+        self.rids = itertools.count(1)
+        self.members: dict[str, list[str]] = {g: [] for g in (*GROUP_IDS, *CLASSIC)}
+        self.served_plain = 0
+
+    def handle(self, request: dict[str, Any]) -> list[dict[str, Any]]:
+        if requests.plain_heartbeat_fields(request) is not None:
+            self.served_plain += 1
+        got = self.fast.handle(dict(request), self.now)
+        with self.monkeypatch.context() as patch:
+            patch.setattr(engine_module, "plain_heartbeat_fields", lambda raw: None)
+            patch.setattr(requests, "_plain_heartbeat", lambda raw: None)
+            expected = self.general.handle(dict(request), self.now)
+        assert got == expected
+        self.compare()
+        self.learn(got)
+        return got
+
+    def advance(self, ms: int) -> None:
+        self.now += ms
+        got = self.fast.advance(self.now)
+        assert got == self.general.advance(self.now)
+        self.compare()
+        self.learn(got)
+
+    def learn(self, answers: list[dict[str, Any]]) -> None:
+        """The member ids joins give (to heartbeat with)."""
+        for answer in answers:
+            member_id = answer.get("member_id")
+            if answer["api"] in ("join_group", "consumer_group_heartbeat") and member_id:
+                known = self.members[answer["group_id"]]
+                if member_id not in known:
+                    known.append(member_id)
+
+    def compare(self) -> None:
+        fast, general = self.fast, self.general
+        assert fast.drain_records() == general.drain_records()
+        assert fast.drain_touched() == general.drain_touched()
+        assert fast.internal_errors == general.internal_errors == []
+        assert fast.group_ids() == general.group_ids()
+        for group_id in fast.group_ids():
+            fast_group, general_group = fast.group(group_id), general.group(group_id)
+            assert fast_group is not None and general_group is not None
+            assert encode_group(fast_group) == encode_group(general_group)
+        assert fast.next_deadline() == general.next_deadline()
+        assert fast._registered == general._registered  # the timers the engine will fire
+        assert sorted(fast._timer_heap) == sorted(general._timer_heap)
+
+    def rid(self) -> str:
+        return f"r{next(self.rids)}"
+
+    def generation(self, group_id: str) -> int:
+        group = self.fast.group(group_id)
+        return getattr(group, "generation_id", 0) if group is not None else 0
+
+
+def _join(pair: Pair, group_id: str, member_id: str, instance: str | None) -> None:
+    pair.handle(
+        {
+            "api": "join_group",
+            "request_id": pair.rid(),
+            "group_id": group_id,
+            "api_version": 5,  # a member id at once, and static members
+            "member_id": member_id,
+            "group_instance_id": instance,
+            "session_timeout_ms": 1_000,
+            "rebalance_timeout_ms": 300,
+            "protocol_type": "consumer",
+            "protocols": [{"name": "range", "metadata": b""}],
+        }
+    )
+
+
+def _sync(pair: Pair, group_id: str, member_id: str, instance: str | None) -> None:
+    group = pair.fast.group(group_id)
+    leader = getattr(group, "leader_id", None)
+    pair.handle(
+        {
+            "api": "sync_group",
+            "request_id": pair.rid(),
+            "group_id": group_id,
+            "member_id": member_id,
+            "group_instance_id": instance,
+            "generation_id": pair.generation(group_id),
+            "protocol_type": "consumer",
+            "protocol_name": "range",
+            "assignments": [{"member_id": m, "assignment": b"a"} for m in pair.members[group_id]]
+            if member_id == leader
+            else [],
+        }
+    )
+
+
+def _form(pair: Pair) -> None:
+    """Both classic groups Stable, each with a dynamic and a static member; the consumer group
+    with one member."""
+    for group_id in CLASSIC:
+        _join(pair, group_id, "", None)
+        _join(pair, group_id, "", "i1")
+    pair.advance(100)  # the initial delay: both joins complete
+    for group_id in CLASSIC:
+        members = pair.members[group_id]
+        _sync(pair, group_id, members[0], None)
+        _sync(pair, group_id, members[1], "i1")
+    pair.handle(
+        {
+            "api": "consumer_group_heartbeat",
+            "request_id": pair.rid(),
+            "group_id": CONSUMER,
+            "member_id": "",
+            "member_epoch": 0,
+            "rebalance_timeout_ms": 5_000,
+            "subscribed_topic_names": ["t"],
+            "topic_partitions": [],
+        }
+    )
+
+
+ODD = object()  # a field left out
+#: Each field's usual values (a plain heartbeat), and the odd ones one field may take instead.
+ODD_VALUES: dict[str, list[Any]] = {
+    "request_id": [7, -3, "\u00e9", "", True, None, 1.5, ODD],
+    "group_id": ["", "nobody", UNOWNED, LOADING, CONSUMER, "h\u00e9", 5, None, ODD],
+    "member_id": ["", "unknown", "\u00e9", 7, None, ODD],
+    "generation_id": [-1, 2**31, True, 1.0, "1", None, ODD],
+    "group_instance_id": [*INSTANCES, "", 3, ODD],
+    "api_version": [-1, 5, True, 4.0, "4", 2**31, ODD],
+}
+
+
+def _heartbeat(pair: Pair, data: st.DataObject) -> None:
+    group_id = data.draw(st.sampled_from(GROUP_IDS), label="group")
+    own = pair.members[group_id] or ["m"]
+    others = [m for g in CLASSIC for m in pair.members[g]]
+    current = pair.generation(group_id)
+    request: dict[str, Any] = {
+        "api": "heartbeat",
+        "request_id": f"gw-{next(pair.rids)}",
+        "group_id": group_id,
+        "member_id": data.draw(st.sampled_from(own * 3 + others), label="member"),
+        # stale, ahead and the current generation
+        "generation_id": data.draw(
+            st.sampled_from([current] * 4 + [current - 1, current + 1]), label="generation"
+        ),
+        "group_instance_id": None,
+        "api_version": data.draw(st.sampled_from([None, 4, 4, 3, 2, 1, 0]), label="version"),
+    }
+    if data.draw(st.integers(0, 2), label="odd") == 0:
+        field = data.draw(st.sampled_from(sorted(ODD_VALUES)), label="odd field")
+        request[field] = data.draw(st.sampled_from(ODD_VALUES[field]), label="odd value")
+    request = {k: v for k, v in request.items() if v is not ODD}
+    for answer in pair.handle(request):
+        if answer["api"] == "heartbeat" and answer["request_id"] == request.get("request_id"):
+            event(f"heartbeat answered {answer['error']}")
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_plain_heartbeats_are_served_as_the_general_path_serves_them(
+    data: st.DataObject,
+) -> None:
+    monkeypatch = pytest.MonkeyPatch()
+    pair = Pair(monkeypatch)
+    _form(pair)
+    assert [str(pair.fast.group(g).state.value) for g in CLASSIC] == ["Stable", "Stable"]
+    for _ in range(data.draw(st.integers(1, 40), label="steps")):
+        action = data.draw(
+            st.sampled_from(["heartbeat"] * 8 + ["advance", "join", "sync", "leave", "commit"]),
+            label="action",
+        )
+        group_id = data.draw(st.sampled_from(CLASSIC), label="of group")
+        members = pair.members[group_id]
+        if action == "heartbeat":
+            _heartbeat(pair, data)
+        elif action == "advance":
+            pair.advance(data.draw(st.sampled_from([0, 1, 200, 600, 1_100]), label="ms"))
+        elif action == "join":  # a rebalance (a member rejoins), or a new member
+            member = data.draw(st.sampled_from([*members, ""]), label="joiner")
+            instance = data.draw(st.sampled_from([None, *INSTANCES]), label="joiner instance")
+            _join(pair, group_id, member, instance)
+        elif action == "sync" and members:
+            member = data.draw(st.sampled_from(members), label="syncer")
+            _sync(pair, group_id, member, None)
+        elif action == "leave" and members:
+            member = data.draw(st.sampled_from(members), label="leaver")
+            pair.handle(
+                {
+                    "api": "leave_group",
+                    "request_id": pair.rid(),
+                    "group_id": group_id,
+                    "members": [{"member_id": member}],
+                }
+            )
+        elif action == "commit":
+            pair.handle(
+                {
+                    "api": "offset_commit",
+                    "request_id": pair.rid(),
+                    "group_id": group_id,
+                    "offsets": [{"topic": "t", "partition": 0, "offset": pair.now}],
+                }
+            )
+        state = pair.fast.group(group_id)
+        if state is not None:
+            event(f"a heartbeat's group went through {state.state.value}")
+    event("some heartbeats took the plain path" if pair.served_plain else "none was plain")
