@@ -210,6 +210,16 @@ class GroupCoordinator:
         deadlines = [d for g in self._groups.values() if (d := _head(g)) is not None]
         return min(deadlines) if deadlines else None
 
+    def next_wakeup(self) -> int | None:
+        """When :meth:`advance` may next have a timer to fire, in constant time (None: no timer
+        at all): never later than :meth:`next_deadline`. A group's timer that has moved later
+        (a heartbeat re-arms its member's session) stays registered at its earlier time until
+        ``advance`` reaches it, finds nothing due and registers the group's next, so this can be
+        earlier. A caller sleeping until it misses no timer, and need be woken early only when
+        it becomes earlier still (a request armed an earlier timer)."""
+        heap = self._timer_heap
+        return heap[0][0] if heap else None
+
     def partition_for(self, group_id: str) -> int:
         return partition_for(group_id, self.config.offsets_topic_num_partitions)
 

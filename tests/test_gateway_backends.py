@@ -405,3 +405,79 @@ def test_client_membership_scenario_through_the_spark_job(spark: Any, tmp_path: 
     finally:
         running.stop()
         job.stop()
+
+
+def test_the_embedded_scheduler_wakes_for_a_sooner_timer_only_and_still_expires_a_silent_member():
+    """A request that arms a timer sooner than the scheduler would wake (the join's delay of 0,
+    with no timer before) wakes it; a heartbeat, which only moves its member's session later,
+    does not; and the member is expired once its session passes without one."""
+    import asyncio
+
+    from coordinator.config import CoordinatorConfig
+    from coordinator.engine import CoordinatorNode
+    from coordinator.gateway.embedded import EmbeddedBackend
+    from coordinator.stream.client import wall_clock_ms
+
+    session_ms = 400
+
+    async def scenario() -> tuple[int, int]:
+        config = CoordinatorConfig(
+            group_initial_rebalance_delay_ms=0, group_min_session_timeout_ms=10
+        )
+        backend = EmbeddedBackend(config)
+        await backend.start(CoordinatorNode())
+        try:
+            join = {
+                "api": "join_group",
+                "group_id": "g",
+                "api_version": 4,
+                "session_timeout_ms": session_ms,
+                "rebalance_timeout_ms": session_ms,
+                "protocol_type": "consumer",
+                "protocols": [{"name": "range", "metadata": b""}],
+            }
+            first = await backend.submit({**join, "request_id": "j1", "member_id": ""})
+            member = first["member_id"]
+            # parked until the initial delay's timer (0 ms) fires: the scheduler must wake
+            joined = await asyncio.wait_for(
+                backend.submit({**join, "request_id": "j2", "member_id": member}), 5
+            )
+            assert joined["error"] is None, joined
+            synced = await backend.submit(
+                {
+                    "api": "sync_group",
+                    "request_id": "s",
+                    "group_id": "g",
+                    "member_id": member,
+                    "generation_id": joined["generation_id"],
+                    "protocol_type": "consumer",
+                    "protocol_name": "range",
+                    "assignments": [{"member_id": member, "assignment": b"a"}],
+                }
+            )
+            assert synced["error"] is None, synced
+            for n in range(5):
+                await asyncio.sleep(session_ms / 4000)
+                answer = await backend.submit(
+                    {
+                        "api": "heartbeat",
+                        "request_id": f"h{n}",
+                        "group_id": "g",
+                        "api_version": 4,
+                        "member_id": member,
+                        "group_instance_id": None,
+                        "generation_id": joined["generation_id"],
+                    }
+                )
+                assert answer["error"] is None, answer
+                assert not backend._wake.is_set()  # a later session: the scheduler sleeps on
+            last = wall_clock_ms()
+            while backend.engine.group("g").state.value != "Empty":  # type: ignore[union-attr]
+                assert wall_clock_ms() - last < session_ms + 5_000, "never expired"
+                await asyncio.sleep(0.01)
+            return last, wall_clock_ms()
+        finally:
+            await backend.stop()
+
+    last, expired = asyncio.run(scenario())
+    assert expired - last >= session_ms - 5  # not before its session passed (ms clock)
