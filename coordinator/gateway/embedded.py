@@ -3,7 +3,8 @@
 Every request is handled by the engine as it arrives (the engine is synchronous and fast); its
 answer, and any answer to an earlier parked JoinGroup/SyncGroup that the call emitted, resolves
 the future its connection awaits. A scheduler task calls ``advance`` at the engine's next
-deadline (sessions, joins, syncs, the initial rebalance delay).
+wake-up (no later than its next deadline: sessions, joins, syncs, the initial rebalance delay),
+woken early only by a request that armed a sooner timer.
 
 With a warehouse, the log records an engine call produced are written to the job's
 ``consumer_offsets`` Delta table (:class:`coordinator.stream.sink.DeltaSink`, the job's own
