@@ -267,3 +267,40 @@ def test_plain_heartbeats_are_served_as_the_general_path_serves_them(
         if state is not None:
             event(f"a heartbeat's group went through {state.state.value}")
     event("some heartbeats took the plain path" if pair.served_plain else "none was plain")
+
+
+def test_an_engine_bug_in_a_plain_heartbeat_is_answered_and_kept_as_the_general_path_does(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A heartbeat whose serving raises: the same UNKNOWN_SERVER_ERROR answer, the same internal
+    error noted, and nothing of the failed request kept (no group touched) on both paths."""
+    from coordinator.group import membership
+
+    pair = Pair(monkeypatch)
+    _form(pair)
+    member = pair.members["g"][0]
+
+    def broken(*args: Any) -> Any:
+        raise RuntimeError("boom")
+
+    request = {
+        "api": "heartbeat",
+        "request_id": "gw-1",
+        "group_id": "g",
+        "api_version": 4,
+        "member_id": member,
+        "generation_id": pair.generation("g"),
+        "group_instance_id": None,
+    }
+    monkeypatch.setattr(membership, "heartbeat_member", broken)
+    got = pair.fast.handle(dict(request), pair.now)
+    with monkeypatch.context() as patch:
+        patch.setattr(engine_module, "plain_heartbeat_fields", lambda raw: None)
+        patch.setattr(requests, "_plain_heartbeat", lambda raw: None)
+        expected = pair.general.handle(dict(request), pair.now)
+    assert got == expected
+    assert got[-1]["error"] == "UNKNOWN_SERVER_ERROR"
+    assert got[-1]["error_message"] == "internal error: boom"
+    assert pair.fast.internal_errors == pair.general.internal_errors
+    assert pair.fast.internal_errors == ["heartbeat 'gw-1': RuntimeError('boom')"]
+    assert pair.fast.drain_touched() == pair.general.drain_touched() == set()
