@@ -154,10 +154,21 @@ def _coordinator_of(cluster: Cluster, group: str) -> int | None:
     return int(found["node_id"]) if found["error_code"] == 0 else None
 
 
-def _carry_on(members: list[Any], expected: dict[Any, int], then: dict[Any, int]) -> None:
+def _carry_on(
+    cluster: Cluster, members: list[Any], expected: dict[Any, int], then: dict[Any, int]
+) -> None:
     """The members cover the topic again (a rebalance may still be under way when they first
     do: read until one assignment answers for every partition), read ``expected`` back and
-    commit ``then``."""
+    commit ``then``. A failure says what the supervisor and the nodes logged meanwhile."""
+    try:
+        _carry_on_unlogged(members, expected, then)
+    except (AssertionError, TimeoutError) as failed:
+        raise AssertionError(
+            f"{failed!r}; the cluster's log:\n{cluster.text()[-8000:]}"
+        ) from failed
+
+
+def _carry_on_unlogged(members: list[Any], expected: dict[Any, int], then: dict[Any, int]) -> None:
     read: dict[Any, Any] = {}
 
     def covered() -> bool:
@@ -212,12 +223,12 @@ def test_a_killed_node_s_groups_carry_on_elsewhere_and_come_back_when_it_restart
         old_pid = cluster.pids()[victim]
         os.kill(old_pid, signal.SIGKILL)
         assert until(lambda: f"node {victim} exited" in cluster.text(), 60), cluster.text()
-        _carry_on(members, before, during)
+        _carry_on(cluster, members, before, during)
         # Restarted (with backoff), it takes its partitions back once the survivor let go.
         assert until(lambda: f"node {victim} restarting" in cluster.text(), 60), cluster.text()
         assert until(lambda: _coordinator_of(cluster, group) == victim, 120), cluster.text()
         assert until(lambda: "handover done" in cluster.text(), 120), cluster.text()
-        _carry_on(members, during, after)
+        _carry_on(cluster, members, during, after)
         assert _until_answered(lambda: _committed(cluster.port(victim), group), 60) == after
         metadata = call(cluster.port(survivor), codec.METADATA, 4, REQUESTS[codec.METADATA])
         assert [b["node_id"] for b in metadata["brokers"]] == [survivor, victim]
@@ -274,10 +285,10 @@ def test_a_hung_node_is_fenced_its_groups_move_and_it_writes_nothing_when_it_wak
         sender.join(60)
         assert stale and stale[0] != 0, stale  # never acknowledged
         assert until(lambda: not _alive(pid), 60), cluster.text()
-        _carry_on(members, before, during)
+        _carry_on(cluster, members, before, during)
         assert until(lambda: f"node {victim} restarting" in cluster.text(), 60), cluster.text()
         assert until(lambda: "handover done" in cluster.text(), 120), cluster.text()
-        _carry_on(members, during, after)
+        _carry_on(cluster, members, during, after)
     finally:
         if _alive(pid):
             os.kill(pid, signal.SIGCONT)

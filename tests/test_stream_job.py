@@ -430,6 +430,16 @@ LAG_BACKLOG_FILES = 8
 LAG_FILES_PER_TRIGGER = 2
 
 
+def member_carries_on(c: Any, group: str, member: str, generation: int) -> None:
+    """The member's next heartbeat is answered without error, and the group is Stable with it
+    alone."""
+    (again,) = c.requests([heartbeat("h2", group, member, generation)])
+    assert again["error"] is None, again
+    (described,) = c.requests([{"api": "describe_groups", "request_id": "d", "group_id": group}])
+    assert described["group_state"] == "Stable"
+    assert [m["member_id"] for m in described["members"]] == [member]
+
+
 def test_a_member_that_heartbeated_on_time_is_not_expired_by_a_job_that_lags(spark, tmp_path):
     """The job stalls (a batch held in its sink) past a member's session deadline; the member's
     heartbeat reached the inbox before the deadline, behind a backlog of other files that takes
@@ -493,13 +503,7 @@ def test_a_member_that_heartbeated_on_time_is_not_expired_by_a_job_that_lags(spa
         (stamp,) = c.wait_for(lambda: heartbeat_stamps(c.warehouse), what="the file archived")
         assert stamp is not None and stamp < sync_sent * 1000 + LAG_SESSION_MS
         # The member is still in its generation, and the group Stable.
-        (again,) = c.requests([heartbeat("h2", group, member, generation)])
-        assert again["error"] is None, again
-        (described,) = c.requests(
-            [{"api": "describe_groups", "request_id": "d", "group_id": group}]
-        )
-        assert described["group_state"] == "Stable"
-        assert [m["member_id"] for m in described["members"]] == [member]
+        member_carries_on(c, group, member, generation)
     finally:
         release.set()
         c.stop()
@@ -553,13 +557,7 @@ def test_a_member_is_not_expired_by_the_run_time_of_the_batch_that_answered_it(
         release.set()
         answer = c.client.wait(["h1"], timeout_s=120)["h1"]
         assert answer["error"] is None, answer
-        (again,) = c.requests([heartbeat("h2", group, member, generation)])
-        assert again["error"] is None, again
-        (described,) = c.requests(
-            [{"api": "describe_groups", "request_id": "d", "group_id": group}]
-        )
-        assert described["group_state"] == "Stable"
-        assert [m["member_id"] for m in described["members"]] == [member]
+        member_carries_on(c, group, member, generation)
         # The batch really answered h1 a session before h2 was served.
         emitted = {r["request_id"]: r["emitted_at_ms"] for r in c.rows("responses")}
         assert emitted["h2"] - emitted["h1"] > LONG_BATCH_SESSION_MS
