@@ -121,7 +121,18 @@ class Member:
         on the member's thread between polls; its result, or its exception raised here."""
         future: concurrent.futures.Future[Any] = concurrent.futures.Future()
         self._commands.put((fn, future))
-        return future.result(timeout)
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                return future.result(max(0.0, min(0.2, deadline - time.monotonic())))
+            except concurrent.futures.TimeoutError:
+                if not self._thread.is_alive() and not future.done():
+                    # Nothing will run it: say why instead of waiting out the timeout.
+                    raise MemberGone(f"{self.name}'s client thread ended: {self.error!r}") from (
+                        self.error
+                    )
+                if time.monotonic() >= deadline:
+                    raise
 
     def commit(self, offsets: dict[TP, int]) -> None:
         raise NotImplementedError
@@ -149,6 +160,10 @@ class Member:
                 due.append(self._commands.get_nowait())
             except queue.Empty:
                 return due
+
+
+class MemberGone(AssertionError):
+    """A call to a member whose client thread has ended (its error is the cause)."""
 
 
 class SyncMember(Member):
@@ -186,6 +201,11 @@ class KafkaPythonMember(SyncMember):
     client = "kafka-python"
     consumer: Any = None
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        #: retriable errors poll() raised and the member polled on after (see ``_poll``)
+        self.poll_errors: list[BaseException] = []
+        super().__init__(*args, **kwargs)
+
     def _open(self) -> None:
         from kafka import KafkaConsumer
         from kafka.consumer.subscription_state import ConsumerRebalanceListener
@@ -221,7 +241,21 @@ class KafkaPythonMember(SyncMember):
         assert set(self.topics) <= self.consumer.topics()
 
     def _poll(self) -> None:
-        self.consumer.poll(timeout_ms=100)
+        from kafka.errors import KafkaError
+
+        try:
+            self.consumer.poll(timeout_ms=100)
+        except KafkaError as error:
+            # kafka-python 3.0.12 lets a retriable error out of poll() when a broker dies
+            # during its coordinator lookup: FindCoordinator fails with KafkaConnectionError
+            # (an InvalidMetadataError), and the metadata refresh its handler then awaits,
+            # sent to the same dead node, raises again outside any handler
+            # (coordinator/base.py, ensure_coordinator_ready_async). The Java client retries
+            # there; an application on kafka-python must catch it around poll() and poll
+            # again, against Kafka's brokers as against ours, and so does this member.
+            if not error.retriable:
+                raise
+            self.poll_errors.append(error)
 
     def _close(self) -> None:
         if self.consumer is not None:

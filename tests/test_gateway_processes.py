@@ -126,6 +126,8 @@ def _until_answered(call_: Any, seconds: float) -> Any:
     while True:
         try:
             return call_()
+        except sc.MemberGone:
+            raise  # no retry brings its client back
         except Exception:
             if time.monotonic() > deadline:
                 raise
@@ -164,8 +166,39 @@ def _carry_on(
         _carry_on_unlogged(members, expected, then)
     except (AssertionError, TimeoutError) as failed:
         raise AssertionError(
-            f"{failed!r}; the cluster's log:\n{cluster.text()[-8000:]}"
+            f"{failed!r}; the cluster's log:\n{cluster.text()[-8000:]}\n"
+            f"what the nodes answer now:\n{_probe(cluster, members[0].group)}\n"
+            f"where the members' threads are:\n{_stacks(members)}"
         ) from failed
+
+
+def _probe(cluster: Cluster, group: str) -> str:
+    """Each node's FindCoordinator and OffsetFetch answers for ``group``, asked directly."""
+    lines = []
+    for node in range(cluster.processes):
+        for name, api, version, body in (
+            ("FindCoordinator", codec.FIND_COORDINATOR, 1, {"key": group}),
+            ("OffsetFetch", codec.OFFSET_FETCH, 5, {"group_id": group, "topics": None}),
+        ):
+            try:
+                lines.append(f"node {node} {name}: {call(cluster.port(node), api, version, body)}")
+            except Exception as error:  # a dead node, a timeout: say so
+                lines.append(f"node {node} {name}: {error!r}")
+    return "\n".join(lines)
+
+
+def _stacks(members: list[Any]) -> str:
+    """Where each thread of this process is (the members', their clients' own)."""
+    import threading
+    import traceback
+
+    names = {t.ident: t.name for t in threading.enumerate()}
+    frames = sys._current_frames()
+    return "\n".join(
+        f"{names.get(ident, ident)}:\n" + "".join(traceback.format_stack(frame)[-8:])
+        for ident, frame in frames.items()
+        if ident != threading.get_ident()
+    )
 
 
 def _carry_on_unlogged(members: list[Any], expected: dict[Any, int], then: dict[Any, int]) -> None:
