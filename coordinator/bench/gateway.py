@@ -1005,16 +1005,12 @@ def supervise(
                 )
             if not receive.poll(min(remaining, 1.0)):
                 if not process.is_alive() and not receive.poll(0):
-                    raise RuntimeError(
-                        f"the consumers' process exited ({process.exitcode}) while {step}"
-                    )
+                    raise RuntimeError(_exited(process, step))
                 continue
             try:
                 message = receive.recv()
             except EOFError:
-                raise RuntimeError(
-                    f"the consumers' process exited ({process.exitcode}) while {step}"
-                ) from None
+                raise RuntimeError(_exited(process, step)) from None
             kind = message[0]
             if kind == "step":
                 step, bound = message[1], float(message[2])
@@ -1034,6 +1030,11 @@ def supervise(
             process.join(5)
     if errors:
         raise RuntimeError(" | ".join(errors))
+
+
+def _exited(process: Any, step: str) -> str:
+    process.join(5)  # its pipe closes a moment before it can be reaped: wait for the code
+    return f"the consumers' process exited ({process.exitcode}) while {step}"
 
 
 def join_and_rebalance(
