@@ -4,4 +4,6 @@ import sys
 
 from coordinator.cli import main
 
-sys.exit(main())
+# Guarded: a process the CLI spawns (multiprocessing's "spawn") imports this module again.
+if __name__ == "__main__":
+    sys.exit(main())

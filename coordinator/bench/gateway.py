@@ -35,6 +35,11 @@ reported and skipped. The peers get the topics from the client's admin (CreateTo
     from the first JoinGroup (with its member id) to the first JoinGroup answer, i.e. the server's
     effective initial delay for a group whose members all arrive at once.
 
+The consumers of (a) and (b) run in a process of their own, which reports each step with its
+bound; a step that outlasts its bound by :data:`WATCHDOG_MARGIN_S` (a client frozen inside
+librdkafka, where no timeout of that process can fire) fails the figure, saying which step and
+how the server describes the group (DescribeGroups), and the process is killed: a run ends.
+
 The same client settings go to every server (``--heartbeat-interval-ms``, session 10 s, range
 assignor, no auto commit). Times: lower is better; rates: higher is better. Ratios are ours /
 peer; the goal is ours at least as fast as the fastest peer on every figure. The box is shared
@@ -596,11 +601,31 @@ def heartbeat_rate(
             target=_heartbeat_worker, args=(socks, reqs, options.heartbeat_seconds, send)
         )
         proc.start()
+        send.close()  # a generator that dies closes its pipe: EOF here, not a wait
         procs.append(proc)
         pipes.append(receive)
-    results = [pipe.recv() for pipe in pipes]
-    for proc in procs:
-        proc.join(10)
+    # The window, the drain's bound (10 s) and room for a busy box.
+    bound = options.heartbeat_seconds + 10 + WATCHDOG_MARGIN_S
+    try:
+        results = []
+        for w, pipe in enumerate(pipes):
+            if not pipe.poll(max(0.0, wall0 + bound - time.perf_counter())):
+                raise TimeoutError(
+                    f"heartbeat generator {w + 1} of {workers} sent no result in {bound:.0f} s"
+                )
+            try:
+                results.append(pipe.recv())
+            except EOFError:
+                raise RuntimeError(
+                    f"heartbeat generator {w + 1} of {workers} exited "
+                    f"({procs[w].exitcode}) without a result"
+                ) from None
+    finally:
+        for proc in procs:
+            proc.join(10)
+            if proc.is_alive():
+                proc.kill()
+                proc.join(5)
     wall = time.perf_counter() - wall0
     server_cpu = server.cpu_seconds() - cpu0
     codes: dict[int, int] = {}
@@ -625,10 +650,27 @@ def heartbeat_rate(
 
 # --- figures (a) and (b): confluent-kafka consumers ----------------------------------------------
 
+#: How long a leaving consumer polls for the revoke its unsubscribe raises, and how long closing
+#: every consumer may take, in the consumers' process.
+REVOKE_TIMEOUT_S = 10.0
+CLOSE_TIMEOUT_S = 30.0
+#: What the bench allows the consumers' process beyond the bound of the step it is in before it
+#: takes the process for stuck and kills it (a busy box: reports travel through a pipe).
+WATCHDOG_MARGIN_S = 15.0
+
 
 class Consumers:
     """N confluent-kafka consumers of one group, each polled by its own thread; every
-    assignment callback is recorded with its time."""
+    assignment callback is recorded with its time.
+
+    A consumer leaves on its own thread, while it is still polled: it unsubscribes (LeaveGroup),
+    serves the revoke that raises, and only then closes. Closing a consumer whose poll had stopped
+    while its group rebalanced (the others leaving) hangs librdkafka 2.16 forever: ``close()``
+    serves the rebalance event left in its queue after the consumer-group machinery has already
+    ended, confluent-kafka's callback then calls ``rd_kafka_assign()``, whose request is dropped
+    unanswered, and it waits holding the GIL, which freezes every thread of the process (the
+    bench's own timeouts included). The bench's 100 consumers against noida hit it in 8 runs of
+    12."""
 
     def __init__(self, bootstrap: str, group: str, size: int, options: GatewayBenchOptions):
         from confluent_kafka import Consumer
@@ -638,6 +680,9 @@ class Consumers:
         self.errors: list[str] = []
         self._stop = [threading.Event() for _ in range(size)]
         self._threads: list[threading.Thread] = []
+        #: When each consumer began to leave (its unsubscribe), and whether its close returned.
+        self.left_at: list[float | None] = [None] * size
+        self._closed = [threading.Event() for _ in range(size)]
         self.closed: set[int] = set()
         self.consumers = [
             Consumer(
@@ -670,13 +715,25 @@ class Consumers:
         from confluent_kafka import TopicPartition
 
         started = time.perf_counter()
+        deadline = time.monotonic() + timeout_s
+        answered: set[int] = set()
 
-        def ask(consumer: Any) -> None:
-            consumer.committed([TopicPartition(topic, 0)], timeout=timeout_s)
+        def ask(i: int) -> None:
+            remaining = max(0.1, deadline - time.monotonic())
+            self.consumers[i].committed([TopicPartition(topic, 0)], timeout=remaining)
+            answered.add(i)
 
         with ThreadPoolExecutor(min(self.size, 32)) as pool:
-            for done in [pool.submit(ask, c) for c in self.consumers]:
-                done.result()
+            futures = [pool.submit(ask, i) for i in range(self.size)]
+            for done in futures:
+                try:
+                    done.result()
+                except Exception as exc:
+                    missing = sorted(set(range(self.size)) - answered)
+                    raise TimeoutError(
+                        f"{len(missing)} of {self.size} consumers did not reach the group's "
+                        f"coordinator in {timeout_s:.0f} s (consumers {_few(missing)}): {exc}"
+                    ) from exc
         return time.perf_counter() - started
 
     def subscribe(self, topic: str) -> float:
@@ -704,8 +761,35 @@ class Consumers:
 
     def _poll(self, i: int) -> None:
         consumer, stop = self.consumers[i], self._stop[i]
-        while not stop.is_set():
+        try:
+            while not stop.is_set():
+                consumer.poll(0.05)
+            self._leave_and_close(i)
+        except Exception as exc:
+            self.errors.append(f"consumer {i}: {type(exc).__name__}: {exc}")
+
+    def _holds_assignment(self, i: int) -> bool:
+        events = self.events[i]
+        return bool(events) and events[-1][1] == "assign" and bool(events[-1][2])
+
+    def _leave_and_close(self, i: int) -> None:
+        """On consumer ``i``'s own thread: unsubscribe (LeaveGroup), poll until the revoke it
+        raises has been served, then close, so that ``close()`` finds no rebalance event left
+        to serve (see the class)."""
+        consumer = self.consumers[i]
+        self.left_at[i] = time.perf_counter()
+        consumer.unsubscribe()
+        consumer.poll(0.05)
+        deadline = time.monotonic() + REVOKE_TIMEOUT_S
+        while self._holds_assignment(i):
+            if time.monotonic() > deadline:
+                self.errors.append(
+                    f"consumer {i}: no revoke {REVOKE_TIMEOUT_S:.0f} s after unsubscribe"
+                )
+                break
             consumer.poll(0.05)
+        consumer.close()
+        self._closed[i].set()
 
     def settled_after(self, since: float, partitions: int) -> float | None:
         """The time the group last settled after ``since``: every open consumer's latest event
@@ -735,42 +819,67 @@ class Consumers:
         raise TimeoutError(f"the group did not settle in {timeout_s:.0f} s: {self.state(since)}")
 
     def state(self, since: float) -> str:
-        """Where the consumers stand, for a group that did not settle."""
+        """Where the consumers stand, for a group that did not settle: which of them hold no
+        assignment received since ``since``."""
         open_ = [i for i in range(self.size) if i not in self.closed]
-        latest = [self.events[i][-1] if self.events[i] else None for i in open_]
-        holding = [e for e in latest if e is not None and e[1] == "assign" and e[0] >= since]
-        held = frozenset().union(*(e[2] for e in holding)) if holding else frozenset()
+        latest = {i: self.events[i][-1] if self.events[i] else None for i in open_}
+        holding = {
+            i: e for i, e in latest.items() if e is not None and e[1] == "assign" and e[0] >= since
+        }
+        held = frozenset().union(*(e[2] for e in holding.values())) if holding else frozenset()
+        never = [i for i, e in latest.items() if e is None]
+        revoked = [i for i, e in latest.items() if e is not None and e[1] == "revoke"]
+        stale = [i for i in open_ if i not in holding and i not in never and i not in revoked]
         return (
             f"{len(holding)} of {len(open_)} hold an assignment since, "
-            f"{sum(len(e[2]) for e in holding)} partitions ({len(held)} distinct), "
-            f"{sum(1 for e in latest if e is None)} never assigned, "
+            f"{sum(len(e[2]) for e in holding.values())} partitions ({len(held)} distinct); "
+            f"never assigned: {_few(never)}; last event a revoke: {_few(revoked)}; "
+            f"assigned only before: {_few(stale)}; "
             f"{sum(len(self.events[i]) for i in open_)} callbacks; errors {self.errors[-3:]}"
         )
 
-    def leave(self, i: int) -> float:
-        """Close consumer ``i`` (LeaveGroup); returns the time the close began."""
+    def leave(self, i: int, timeout_s: float = CLOSE_TIMEOUT_S) -> float:
+        """Consumer ``i`` leaves (unsubscribe, its revoke served, close) on its own thread;
+        returns the time it began to (its unsubscribe sends LeaveGroup)."""
         self._stop[i].set()
-        self._threads[i].join(5)
+        if not self._closed[i].wait(timeout_s):
+            raise TimeoutError(
+                f"consumer {i} did not leave and close in {timeout_s:.0f} s; "
+                f"errors {self.errors[-3:]}"
+            )
         self.closed.add(i)
-        t = time.perf_counter()
-        self.consumers[i].close()
-        return t
+        left_at = self.left_at[i]
+        assert left_at is not None
+        return left_at
 
-    def close(self) -> None:
+    def close(self, timeout_s: float = CLOSE_TIMEOUT_S) -> None:
+        """Every open consumer leaves and closes, each on its own thread; a consumer never
+        subscribed is closed here."""
         for stop in self._stop:
             stop.set()
-        for thread in self._threads:
-            thread.join(5)
-        closers = [
-            threading.Thread(target=self.consumers[i].close, daemon=True)
-            for i in range(self.size)
-            if i not in self.closed
-        ]
-        for thread in closers:
-            thread.start()
-        deadline = time.monotonic() + 20
-        for thread in closers:
-            thread.join(max(0.0, deadline - time.monotonic()))
+        started = set(range(len(self._threads)))
+        for i in range(self.size):
+            if i not in started and i not in self.closed:
+                self.consumers[i].close()
+                self._closed[i].set()
+        deadline = time.monotonic() + timeout_s
+        for i in range(self.size):
+            self._closed[i].wait(max(0.0, deadline - time.monotonic()))
+        open_ = [i for i in range(self.size) if not self._closed[i].is_set()]
+        self.closed.update(i for i in range(self.size) if self._closed[i].is_set())
+        if open_:
+            raise TimeoutError(
+                f"{len(open_)} of {self.size} consumers did not close in {timeout_s:.0f} s "
+                f"(consumers {_few(open_)}); errors {self.errors[-3:]}"
+            )
+
+
+def _few(indices: list[int], shown: int = 10) -> str:
+    """``indices`` for a message: all of few, the first ``shown`` and a count of many."""
+    if not indices:
+        return "none"
+    head = ", ".join(str(i) for i in indices[:shown])
+    return head if len(indices) <= shown else f"{head} and {len(indices) - shown} more"
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int, timeout_s: float = 30.0) -> None:
@@ -794,6 +903,140 @@ def create_topic(bootstrap: str, topic: str, partitions: int, timeout_s: float =
     raise RuntimeError(f"topic {topic} did not show {partitions} partitions")
 
 
+def group_state(port: int, group: str) -> str:
+    """The server's own view of ``group`` (DescribeGroups v0 to its coordinator), for a
+    failure message; what went wrong asking, if it did."""
+    try:
+        host, coordinator_port = _coordinator(port, group)
+        with socket.create_connection((host, coordinator_port), 5) as sock:
+            sock.settimeout(5)
+            answer = raw_call(sock, codec.DESCRIBE_GROUPS, 0, {"groups": [group]})
+        described = answer["groups"][0]
+        return (
+            f"the server describes {group} as {described['group_state'] or '?'} with "
+            f"{len(described['members'])} members (error {described['error_code']})"
+        )
+    except Exception as exc:
+        return f"DescribeGroups of {group} failed: {type(exc).__name__}: {exc}"
+
+
+def _clients_main(
+    bootstrap: str,
+    port: int,
+    size: int,
+    topic: str,
+    partitions: int,
+    options: GatewayBenchOptions,
+    conn: Any,
+) -> None:
+    """The consumers' process: figures (a) and (b), reported through ``conn`` as
+    ("step", what, bound_s), ("say", line), ("figure", key, value), ("error", message) and
+    finally ("done",). Every wait here has its own bound; the bench watches the steps."""
+    group = f"bench-ab-{size}"
+
+    def report(*message: Any) -> None:
+        conn.send(message)
+
+    consumers: Consumers | None = None
+    try:
+        report(
+            "step", "creating the consumers and finding the coordinator", options.settle_timeout_s
+        )
+        consumers = Consumers(bootstrap, group, size, options)
+        bootstrap_s = consumers.find_coordinator(topic, options.settle_timeout_s)
+        report("figure", "bootstrap_s", round(bootstrap_s, 3))
+        report("step", "waiting for the join (a)", options.settle_timeout_s)
+        t0 = consumers.subscribe(topic)
+        join_s = consumers.wait_settled(t0, partitions, options.settle_timeout_s)
+        report("figure", "join_s", round(join_s, 3))
+        report("say", f"    (a) join {size}: {join_s:.3f} s")
+        if "b" in options.figures:
+            samples = []
+            for k in range(options.leaves):
+                if size - k < 2:
+                    break
+                report("step", f"leave {k + 1} (b)", CLOSE_TIMEOUT_S + options.settle_timeout_s)
+                time.sleep(0.5)
+                t = consumers.leave(size - 1 - k)
+                samples.append(consumers.wait_settled(t, partitions, options.settle_timeout_s))
+                report("say", f"    (b) leave {k + 1}: {samples[-1]:.3f} s")
+            report("figure", "rebalance_s", round(statistics.median(samples), 3))
+            report("figure", "rebalance_samples_s", [round(s, 3) for s in samples])
+    except Exception as exc:
+        report("error", f"{type(exc).__name__}: {exc}; {group_state(port, group)}")
+    finally:
+        if consumers is not None:
+            report("step", "closing the consumers", CLOSE_TIMEOUT_S)
+            try:
+                consumers.close(CLOSE_TIMEOUT_S)
+            except Exception as exc:
+                report("error", f"{type(exc).__name__}: {exc}")
+            if consumers.errors:
+                report("figure", "client_errors", consumers.errors[:5])
+        report("done")
+        conn.close()
+
+
+def supervise(
+    process: Any,
+    receive: Any,
+    say: Say,
+    out: dict[str, Any],
+    describe: Callable[[], str],
+    first_step: tuple[str, float] = ("starting the consumers' process", 30.0),
+    margin_s: float = WATCHDOG_MARGIN_S,
+) -> None:
+    """Follow the consumers' process (:func:`_clients_main`) step by step: figures into ``out``,
+    lines to ``say``. A step that outlasts its bound plus ``margin_s`` (a process frozen in a
+    client library, where its own timeouts cannot fire), or a process gone without "done",
+    raises, saying which step it was in and, through ``describe``, the server's view of the
+    group; the process is killed. An error it reported raises once it is done."""
+    step, bound = first_step
+    deadline = time.monotonic() + bound + margin_s
+    errors: list[str] = []
+    done = False
+    try:
+        while not done:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError(
+                    f"the consumers' process was still {step} after {bound + margin_s:.0f} s "
+                    f"(its own bound {bound:.0f} s) and was killed; {describe()}"
+                )
+            if not receive.poll(min(remaining, 1.0)):
+                if not process.is_alive() and not receive.poll(0):
+                    raise RuntimeError(_exited(process, step))
+                continue
+            try:
+                message = receive.recv()
+            except EOFError:
+                raise RuntimeError(_exited(process, step)) from None
+            kind = message[0]
+            if kind == "step":
+                step, bound = message[1], float(message[2])
+                deadline = time.monotonic() + bound + margin_s
+            elif kind == "say":
+                say(message[1])
+            elif kind == "figure":
+                out[message[1]] = message[2]
+            elif kind == "error":
+                errors.append(message[1])
+            elif kind == "done":
+                done = True
+    finally:
+        process.join(5 if done else 0)
+        if process.is_alive():
+            process.kill()
+            process.join(5)
+    if errors:
+        raise RuntimeError(" | ".join(errors))
+
+
+def _exited(process: Any, step: str) -> str:
+    process.join(5)  # its pipe closes a moment before it can be reaped: wait for the code
+    return f"the consumers' process exited ({process.exitcode}) while {step}"
+
+
 def join_and_rebalance(
     server: Server,
     size: int,
@@ -803,30 +1046,30 @@ def join_and_rebalance(
     say: Say,
     out: dict[str, Any],
 ) -> None:
-    """Figures (a) and (b) into ``out`` (what was measured stays there if a later step fails)."""
-    group = f"bench-ab-{size}"
-    consumers = Consumers(server.bootstrap, group, size, options)
+    """Figures (a) and (b) into ``out`` (what was measured stays there if a later step fails),
+    measured by the consumers in a process of their own (spawned: no librdkafka state is
+    inherited), which the bench watches so that a client frozen in librdkafka fails the figure
+    instead of hanging the run."""
+    ctx = multiprocessing.get_context("spawn")
+    receive, send = ctx.Pipe(duplex=False)
+    process = ctx.Process(
+        target=_clients_main,
+        args=(server.bootstrap, server.port, size, topic, partitions, options, send),
+        daemon=True,
+    )
+    process.start()
+    send.close()
     try:
-        # Bootstrap connections and the coordinator lookup, before t0.
-        out["bootstrap_s"] = round(consumers.find_coordinator(topic, options.settle_timeout_s), 3)
-        t0 = consumers.subscribe(topic)
-        out["join_s"] = round(consumers.wait_settled(t0, partitions, options.settle_timeout_s), 3)
-        say(f"    (a) join {size}: {out['join_s']:.3f} s")
-        if "b" in options.figures:
-            samples = []
-            for k in range(options.leaves):
-                if size - k < 2:
-                    break
-                time.sleep(0.5)
-                t = consumers.leave(size - 1 - k)
-                samples.append(consumers.wait_settled(t, partitions, options.settle_timeout_s))
-                say(f"    (b) leave {k + 1}: {samples[-1]:.3f} s")
-            out["rebalance_s"] = round(statistics.median(samples), 3)
-            out["rebalance_samples_s"] = [round(s, 3) for s in samples]
+        supervise(
+            process,
+            receive,
+            say,
+            out,
+            lambda: group_state(server.port, f"bench-ab-{size}"),
+            first_step=("starting the consumers' process", options.start_timeout_s),
+        )
     finally:
-        consumers.close()
-    if consumers.errors:
-        out["client_errors"] = consumers.errors[:5]
+        receive.close()
 
 
 # --- the run ---------------------------------------------------------------------------------
