@@ -192,21 +192,23 @@ def test_an_error_the_consumers_report_fails_the_figure_once_they_are_done():
 def test_a_hundred_consumers_close_after_the_join_against_noida_without_hanging():
     """Against noida, the bench's 100 consumers used to be closed after their polls had
     stopped, while the group rebalanced under them (the first ones leaving); librdkafka then
-    froze the whole process, holding the GIL, in about two runs of three. Three runs, as the
-    bench is run and bounded from outside, so that the old way fails here instead of hanging."""
+    froze the whole process, holding the GIL, in about two runs of three. Two runs, as the
+    bench is run, bounded from outside so that the old way fails here instead of hanging (the
+    bound is generous: the bench's own watchdog now fails a stuck step long before it, and a
+    busy box must not fail this)."""
     pytest.importorskip("confluent_kafka")
     if bench._binary("noida_db", "noida-db") is None:
         pytest.skip("noida-db is not installed (the bench extra)")
     cmd = [sys.executable, "-m", "coordinator", "bench", "gateway", "--sizes", "100"]
     cmd += ["--figures", "a", "--delays", "", "--peers", "noida", "--json"]
-    for run in range(3):
+    for run in range(2):
         process = subprocess.Popen(
             cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True
         )
         try:
-            stdout, _ = process.communicate(timeout=120)
+            stdout, _ = process.communicate(timeout=300)
         except subprocess.TimeoutExpired:
-            pytest.fail(f"run {run + 1}: the bench did not finish in 120 s")
+            pytest.fail(f"run {run + 1}: the bench did not finish in 300 s")
         finally:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGKILL)  # the bench's server and consumers too
