@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import base64
 import dataclasses
-import gc
 import importlib
 import json
 import tempfile
@@ -461,16 +460,3 @@ def _join_line(rid: str) -> op.InboxLine:
         "protocols": [{"name": "range", "metadata": ""}],
     }
     return op.InboxLine(json.dumps(request), "file:/inbox/a.jsonl", 0, "g")
-
-
-def test_the_state_function_raises_the_collector_threshold_and_never_lowers_it() -> None:
-    before = gc.get_threshold()
-    try:
-        gc.set_threshold(700, before[1], before[2])
-        op._tune_gc()
-        assert gc.get_threshold() == (op.GC_THRESHOLD, before[1], before[2])
-        gc.set_threshold(op.GC_THRESHOLD * 2, before[1], before[2])
-        op._tune_gc()
-        assert gc.get_threshold()[0] == op.GC_THRESHOLD * 2
-    finally:
-        gc.set_threshold(*before)

@@ -87,7 +87,7 @@ from coordinator.bench.stream_members import (
     join_request,
     sync_request,
 )
-from coordinator.stream import job, operator
+from coordinator.stream import job, operator, worker_gc
 from coordinator.stream.client import Inbox, ResponseReader, StreamClient
 from coordinator.stream.schema import CONSUMER_OFFSETS, RESPONSES, Warehouse
 from coordinator.stream.settings import (
@@ -273,6 +273,7 @@ def floor_function(key: tuple[Any, ...], frames: Iterator[Any], state: Any) -> I
     """The floors' ``applyInPandasWithState`` function (keyed by group id or by shard): every
     line answered NONE, in the job's output schema; the state is a placeholder holding a timer,
     so that Spark runs the floor with the job's timeout mode (and so its no-data batches)."""
+    worker_gc.tune_gc()
     if state.hasTimedOut:
         state.remove()
         return
@@ -312,6 +313,7 @@ def stateless_function(frames: Iterator[Any]) -> Iterator[Any]:
     """The stateless floor's ``mapInPandas`` function: every line answered NONE."""
     import pandas as pd
 
+    worker_gc.tune_gc()
     rows = _answer_none(frames, int(time.time() * 1000))
     yield pd.DataFrame.from_records(rows, columns=operator.OUTPUT_COLUMNS)
 

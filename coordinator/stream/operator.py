@@ -57,7 +57,6 @@ that already has state keeps it and the load is ignored (with a warning).
 from __future__ import annotations
 
 import base64
-import gc
 import json
 import posixpath
 import re
@@ -88,7 +87,7 @@ from coordinator.log.records import Group, record_from_bytes, replay
 from coordinator.modern.model import ConsumerGroup
 from coordinator.requests import BadRequest, bad_request_response, parse
 from coordinator.step import deliver_answers, step
-from coordinator.stream import topic_store
+from coordinator.stream import topic_store, worker_gc
 from coordinator.stream.source import Offset, OffsetLogView, arrival_of
 from coordinator.topics import TopicImage, TopicMetadata, topic_id_for
 
@@ -967,24 +966,13 @@ def _set_deadline(state: Any, deadline_ms: int | None, now_ms: int) -> None:
 
 def warm_up(frame: Any) -> Any:
     """Run once per Python worker before the query starts (see ``job.warm_up``)."""
+    worker_gc.tune_gc()
     return frame
 
 
-#: The cyclic garbage collector's first threshold in a Python worker that runs the state
-#: function (CPython's default is 700). A batch holds a few container objects per request at
-#: once (its lines, requests, answers and rows), all freed by reference counting, while the
-#: worker keeps its decoded groups (:data:`DECODED`): at 700, ``coordinator bench operator``'s
-#: 120,000 requests ran the collector about 200 times, twice over every object the worker
-#: holds, about 1.3 us of CPU per request; at 10,000, 3 times. A higher threshold only
-#: delays the freeing of reference cycles, which the state function does not make.
-GC_THRESHOLD = 10_000
-
-
-def _tune_gc() -> None:
-    """Raise this process's first collector threshold to :data:`GC_THRESHOLD` (never lower)."""
-    first, second, third = gc.get_threshold()
-    if first < GC_THRESHOLD:
-        gc.set_threshold(GC_THRESHOLD, second, third)
+#: The worker's collector settings (:mod:`coordinator.stream.worker_gc`).
+GC_THRESHOLD = worker_gc.GC_THRESHOLD
+_tune_gc = worker_gc.tune_gc
 
 
 def group_function(settings: OperatorSettings) -> Any:

@@ -630,6 +630,9 @@ class InboxReader(DataSourceStreamReader):
     def read(self, partition: InboxFiles) -> Iterator[Any]:  # type: ignore[override]
         import pyarrow as pa
 
+        from coordinator.stream import worker_gc
+
+        worker_gc.tune_gc()
         labels = [label for label, _ in partition.files]
         contents = [Path(path).read_bytes() for _, path in partition.files]
         yield pa.RecordBatch.from_arrays(
