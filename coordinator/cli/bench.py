@@ -147,6 +147,29 @@ def add_parser(subparsers: Any) -> None:
     op.add_argument("--lines-per-file", type=int, default=100, help="inbox lines per file (100)")
     op.add_argument("--json", action="store_true", help="print one JSON object")
     op.set_defaults(run=run_operator)
+    backlog = kinds.add_parser(
+        "backlog",
+        help="CPU per answered request by process (JVM, Python workers, driver) over a fixed "
+        "backlog of heartbeats, each mode's query in one Spark session (run it from the "
+        "checkout measured: PySpark's workers import the working directory's code)",
+    )
+    backlog.add_argument(
+        "--modes",
+        default="floor-shard,shard",
+        help="queries in run order, as bench stream's --modes; a mode may repeat "
+        "(floor-shard,shard)",
+    )
+    backlog.add_argument("--files", type=int, default=20, help="inbox files a round (20)")
+    backlog.add_argument("--per-file", type=int, default=1000, help="heartbeats a file (1000)")
+    backlog.add_argument("--rounds", type=int, default=2, help="backlogs per query (2)")
+    backlog.add_argument("--groups", type=int, default=500, help="groups (500)")
+    backlog.add_argument("--members", type=int, default=10, help="members per group (10)")
+    backlog.add_argument(
+        "--files-per-trigger", type=int, default=10, help="job.max.files.per.trigger (10)"
+    )
+    backlog.add_argument("--shards", type=int, default=2, help="job.shards (2)")
+    backlog.add_argument("--json", action="store_true", help="print one JSON object")
+    backlog.set_defaults(run=run_backlog)
     soak = kinds.add_parser(
         "soak",
         help="a busy day compressed into an hour: the job (a subprocess, restarted and kill "
@@ -430,6 +453,25 @@ def run_stream(args: argparse.Namespace) -> int:
         print(json.dumps(figures))
         return 0
     print(format_report(figures))
+    return 0
+
+
+def run_backlog(args: argparse.Namespace) -> int:
+    from coordinator.bench.backlog import BacklogBenchOptions, backlog_bench, format_report
+    from coordinator.bench.stream import stderr
+
+    options = BacklogBenchOptions(
+        modes=tuple(m.strip() for m in args.modes.split(",") if m.strip()),
+        files=args.files,
+        per_file=args.per_file,
+        rounds=args.rounds,
+        groups=args.groups,
+        members=args.members,
+        files_per_trigger=args.files_per_trigger,
+        shards=args.shards,
+    )
+    figures = backlog_bench(options, say=stderr)
+    print(json.dumps(figures) if args.json else format_report(figures))
     return 0
 
 
