@@ -272,7 +272,9 @@ def _answer_none(frames: Iterator[Any], now: int) -> list[tuple[Any, ...]]:
 def floor_function(key: tuple[Any, ...], frames: Iterator[Any], state: Any) -> Iterator[Any]:
     """The floors' ``applyInPandasWithState`` function (keyed by group id or by shard): every
     line answered NONE, in the job's output schema; the state is a placeholder holding a timer,
-    so that Spark runs the floor with the job's timeout mode (and so its no-data batches)."""
+    so that Spark runs the floor with the job's timeout mode (and so its no-data batches).
+    Its Python workers' collector is set as the job's are (:mod:`coordinator.stream.worker_gc`),
+    so that the floor stays below the job."""
     worker_gc.tune_gc()
     if state.hasTimedOut:
         state.remove()
@@ -310,7 +312,8 @@ def floor_stream(spark: Any, settings: Settings, opsettings: operator.OperatorSe
 
 
 def stateless_function(frames: Iterator[Any]) -> Iterator[Any]:
-    """The stateless floor's ``mapInPandas`` function: every line answered NONE."""
+    """The stateless floor's ``mapInPandas`` function: every line answered NONE (its workers'
+    collector set as the job's are)."""
     import pandas as pd
 
     worker_gc.tune_gc()

@@ -632,7 +632,7 @@ class InboxReader(DataSourceStreamReader):
 
         from coordinator.stream import worker_gc
 
-        worker_gc.tune_gc()
+        worker_gc.tune_gc()  # a Python worker that runs the source's reads may run the operator
         labels = [label for label, _ in partition.files]
         contents = [Path(path).read_bytes() for _, path in partition.files]
         yield pa.RecordBatch.from_arrays(
