@@ -458,7 +458,9 @@ def run_stream(args: argparse.Namespace) -> int:
 
 def run_backlog(args: argparse.Namespace) -> int:
     from coordinator.bench.backlog import BacklogBenchOptions, backlog_bench, format_report
-    from coordinator.bench.stream import stderr
+
+    def stderr(message: str) -> None:
+        print(f"bench backlog: {message}", file=sys.stderr, flush=True)
 
     options = BacklogBenchOptions(
         modes=tuple(m.strip() for m in args.modes.split(",") if m.strip()),
