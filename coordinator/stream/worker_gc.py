@@ -6,9 +6,10 @@ and after every task a reused worker runs a full collection, ``gc.collect()``
 run, a worker holds pandas, pyarrow, PySpark and the engine (about 86,000 objects), and in
 ``shard`` and ``group`` mode the groups it decoded (``operator.DECODED``, up to some hundred
 thousand more); a micro-batch runs several Python tasks (the source's reads, each state task's
-keys, then its timeout pass), each followed by such a collection. They were about half of the
-workers' CPU in ``floor-shard`` and two thirds in ``shard``, and grew with what the worker
-held, so from one query to the next in a session (README, "Where a Python worker's CPU goes").
+keys, then its timeout pass), each followed by such a collection. They were 55-62 % of the
+workers' CPU in ``floor-shard`` and 66-78 % in ``shard`` (``py-spy``), and grew with what the
+worker held, so from one query to the next in a session (README, "Where a Python worker's CPU
+goes").
 
 :func:`tune_gc`, called at the start of every call of a function the job hands Spark, moves
 every object then alive into the collector's permanent generation (``gc.freeze()``, which no
