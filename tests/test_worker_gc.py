@@ -27,7 +27,10 @@ def test_it_raises_the_first_threshold_and_never_lowers_it() -> None:
         import gc
         from coordinator.stream import operator, worker_gc
 
-        assert operator._tune_gc is worker_gc.tune_gc
+        assert gc.get_freeze_count() == 0
+        operator.warm_up(None)  # a worker's first call: what it holds is frozen
+        assert gc.get_freeze_count() > 0
+        gc.unfreeze()
         second, third = gc.get_threshold()[1:]
         gc.set_threshold(700, second, third)
         worker_gc.tune_gc()

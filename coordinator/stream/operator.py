@@ -970,16 +970,11 @@ def warm_up(frame: Any) -> Any:
     return frame
 
 
-#: The worker's collector settings (:mod:`coordinator.stream.worker_gc`).
-GC_THRESHOLD = worker_gc.GC_THRESHOLD
-_tune_gc = worker_gc.tune_gc
-
-
 def group_function(settings: OperatorSettings) -> Any:
     """The ``applyInPandasWithState`` function keyed by group id."""
 
     def apply(key: tuple[Any, ...], frames: Iterator[Any], state: Any) -> Iterator[Any]:
-        _tune_gc()
+        worker_gc.tune_gc()
         group_id = key[0]
         now = state.getCurrentProcessingTimeMs()
         blob = bytes(state.get[0]) if state.exists else None
@@ -1009,7 +1004,7 @@ def shard_function(settings: OperatorSettings) -> Any:
     """The ``applyInPandasWithState`` function keyed by offsets partition."""
 
     def apply(key: tuple[Any, ...], frames: Iterator[Any], state: Any) -> Iterator[Any]:
-        _tune_gc()
+        worker_gc.tune_gc()
         now = state.getCurrentProcessingTimeMs()
         stored = decode_shard(bytes(state.get[0])) if state.exists else {}
         outcome = run_shard(settings, stored, _lines(frames, True), settings.clock(now), now)
