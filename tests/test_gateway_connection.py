@@ -667,3 +667,28 @@ def test_connections_arriving_while_the_event_loop_is_busy_wait_to_be_accepted()
 def test_a_listen_backlog_below_one_is_refused():
     with pytest.raises(ValueError, match="listen_backlog"):
         Gateway(EmbeddedBackend(), TOPICS, "127.0.0.1", 0, listen_backlog=0)
+
+
+def test_the_upstream_links_of_a_connection_closed_as_the_gateway_stops_are_closed() -> None:
+    """A client connection closed just before stop: its upstream links are still closed, once
+    (their closing was once cancelled with the request handlers before its first step, which
+    left their sockets open and warned "coroutine ... was never awaited")."""
+    closed: list[str] = []
+
+    class Link:
+        def __init__(self) -> None:
+            self.brokers = {("127.0.0.1", 1): None}
+
+        async def close(self) -> None:
+            await asyncio.sleep(0)
+            closed.append("link")
+
+    async def test(gateway: Gateway) -> None:
+        connect(gateway)  # open while the gateway stops: its stop cancels the handlers
+        gone, _ = connect(gateway)
+        gone.link = Link()  # type: ignore[assignment]
+        gateway.closed(gone)
+        await gateway.stop()
+        assert closed == ["link"]
+
+    run(test)

@@ -132,6 +132,9 @@ class Gateway:
         #: Answers FindCoordinator while the back end loads (the gateway is the only node).
         self._finder: GroupCoordinator | None = None
         self._handlers: set[asyncio.Task[Any]] = set()
+        #: Closed connections' upstream links being closed: never cancelled (a task cancelled
+        #: before its first step would leave the link's sockets open), waited for on stop.
+        self._closing: set[asyncio.Task[Any]] = set()
         #: Upstream mode (:mod:`coordinator.gateway.upstream`): data to the upstream's brokers,
         #: one listener per broker (node id -> server), groups to the back end.
         self.upstream = upstream
@@ -269,7 +272,7 @@ class Gateway:
                     connection.transport.abort()
             if unflushed:
                 await asyncio.wait(lost)
-        await asyncio.gather(*self._handlers, return_exceptions=True)  # upstream links closing
+        await asyncio.gather(*self._handlers, *self._closing, return_exceptions=True)
         for server in servers:
             await server.wait_closed()
         if self.upstream is not None:
@@ -292,7 +295,9 @@ class Gateway:
     def closed(self, connection: Connection) -> None:
         self._open.discard(connection)
         if connection.link.brokers:  # its connections upstream
-            self.track(asyncio.ensure_future(_quietly(connection.link.close())))
+            closing = asyncio.ensure_future(_quietly(connection.link.close()))
+            self._closing.add(closing)
+            closing.add_done_callback(self._closing.discard)
         if self.metrics is not None:
             self.metrics.closed(connection.bad_input)
 
