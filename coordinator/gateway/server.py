@@ -360,33 +360,33 @@ class Gateway:
         if answer_now is None or session is None or not session.authenticated:
             return None
         started = time.perf_counter()
-        request = fastpath.decode_request(frame)
-        if request is None or request.api_key != codec.HEARTBEAT:
+        read = fastpath.read_request(frame)
+        if read is None or read[0] != codec.HEARTBEAT:
             return None
-        body = request.body
+        _, version, correlation_id, _, body = read
         if not session.authorize(enforce.READ, enforce.GROUP, body["group_id"]):
             return None  # denied: the general way answers it
-        made = answer_now(apis.heartbeat_request(self._ctx, request.api_version, body))
+        made = answer_now(apis.heartbeat_request(self._ctx, version, body))
         if isinstance(made, dict):
-            return self._heartbeat_answered(request, made, started)
-        return self._heartbeat_later(request, made, started)
+            return self._heartbeat_answered(version, correlation_id, made, started)
+        return self._heartbeat_later(version, correlation_id, made, started)
 
     async def _heartbeat_later(
-        self, request: codec.DecodedRequest, made: Awaitable[dict[str, Any]], started: float
+        self, version: int, correlation_id: int, made: Awaitable[dict[str, Any]], started: float
     ) -> bytes:
-        return self._heartbeat_answered(request, await made, started)
+        return self._heartbeat_answered(version, correlation_id, await made, started)
 
     def _heartbeat_answered(
-        self, request: codec.DecodedRequest, made: dict[str, Any], started: float
+        self, version: int, correlation_id: int, made: dict[str, Any], started: float
     ) -> bytes:
         answer = apis.heartbeat_answer(made)
-        version, error = request.api_version, answer["error_code"]
+        error = answer["error_code"]
         framed = self._heartbeat_frames.get((version, error))
         if framed is None:
             framed = codec.encode_response(codec.HEARTBEAT, version, 0, answer)
             self._heartbeat_frames[version, error] = framed
         response = bytearray(framed)
-        _CORRELATION.pack_into(response, 4, request.correlation_id)
+        _CORRELATION.pack_into(response, 4, correlation_id)
         if self.metrics is not None:
             self.metrics.answered(codec.HEARTBEAT, answer, time.perf_counter() - started)
         return bytes(response)
