@@ -175,7 +175,8 @@ class Connection(asyncio.Protocol):
         self.bad_input = False
         self._last_active = 0.0
         self._idle: asyncio.TimerHandle | None = None
-        self.lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._loop = asyncio.get_running_loop()
+        self.lost: asyncio.Future[None] = self._loop.create_future()
 
     # --- asyncio's callbacks -------------------------------------------------------------------
 
@@ -339,7 +340,7 @@ class Connection(asyncio.Protocol):
         if self.close_after_answer:
             self._close()
         elif self._last_active < 0:
-            self._last_active = asyncio.get_running_loop().time()
+            self._last_active = self._loop.time()
 
     def _resumed(self, task: asyncio.Task[bytes | None]) -> None:
         if self._closing:

@@ -167,7 +167,7 @@ class Gateway:
             ssl=self.security.context_for(None),
             backlog=self.listen_backlog,
         )
-        self.port = self._server.sockets[0].getsockname()[1]
+        self.port = _port(self._server)
         for listener in self.security.other_listeners:  # Kafka's further listeners
             server = await loop.create_server(
                 functools.partial(self._protocol, None, listener),
@@ -177,7 +177,7 @@ class Gateway:
                 backlog=self.listen_backlog,
             )
             self._other_servers.append(server)
-            self.listener_ports[listener.name] = int(server.sockets[0].getsockname()[1])
+            self.listener_ports[listener.name] = _port(server)
         node = CoordinatorNode(self._ctx.node_id, self.host, self.port)
         self._ctx.port = self.port
         if self.upstream is not None:
@@ -227,10 +227,10 @@ class Gateway:
                 log.info(
                     "listening on %s:%s for upstream node %s",
                     self.host,
-                    server.sockets[0].getsockname()[1],
+                    _port(server),
                     node_id,
                 )
-            return self.host, int(server.sockets[0].getsockname()[1])
+            return self.host, _port(server)
 
     def _hand(self, request: dict[str, Any]) -> Awaitable[dict[str, Any]]:
         """The back end's ``submit``, counted (:attr:`handed`). Handlers await it at once, so a
@@ -359,7 +359,7 @@ class Gateway:
         session = connection.session
         if answer_now is None or session is None or not session.authenticated:
             return None
-        started = time.perf_counter()
+        started = time.perf_counter() if self.metrics is not None else 0.0
         read = fastpath.read_request(frame)
         if read is None or read[0] != codec.HEARTBEAT:
             return None
@@ -393,6 +393,12 @@ class Gateway:
 
 
 _CORRELATION = struct.Struct(">i")
+
+
+def _port(server: Any) -> int:
+    """The port a server listens on (its first socket's). ``Any``: uvloop's ``sockets`` is a
+    list where asyncio's, and typeshed's, is a tuple (a compiled build checks that type)."""
+    return int(server.sockets[0].getsockname()[1])
 
 
 async def _quietly(closing: Coroutine[Any, Any, None]) -> None:
