@@ -13,7 +13,7 @@ from collections.abc import Coroutine
 from typing import Any
 
 from coordinator.config import CoordinatorConfig
-from coordinator.gateway import apis, codec
+from coordinator.gateway import apis, codec, fastpath
 from coordinator.gateway.connection import Connection
 from coordinator.gateway.embedded import EmbeddedBackend
 from coordinator.gateway.security.session import GatewaySecurity
@@ -191,6 +191,12 @@ def test_what_the_short_way_does_not_serve_goes_the_general_way():
         # another API
         other = codec.encode_request(codec.API_VERSIONS, 0, 8, {})[4:]
         assert gateway.heartbeat_now(other, connection) is None
+        # with the fast path off (kio reads and writes everything)
+        fastpath.enabled = False
+        try:
+            assert gateway.heartbeat_now(heartbeat, connection) is None
+        finally:
+            fastpath.enabled = True
         # before a SASL session authenticates
         connection.session.authenticated = False  # type: ignore[union-attr]
         assert gateway.heartbeat_now(heartbeat, connection) is None

@@ -353,11 +353,14 @@ class Gateway:
         """A Heartbeat frame served the short way, as :meth:`answer` serves it: its framed
         answer when the back end gives it at once, a coroutine for it when it waits; None,
         having done nothing, for any frame this does not serve (another API, a frame the fast
-        path does not read, a session not authenticated, a principal the ACLs deny), which
+        path does not read or the fast path off, a session not authenticated, a principal the
+        ACLs deny), which
         :meth:`answer` then serves. Only with :attr:`answers_now`."""
         answer_now = self.answers_now
         session = connection.session
         if answer_now is None or session is None or not session.authenticated:
+            return None
+        if not fastpath.enabled:  # kio reads and writes every message (to measure the codec)
             return None
         started = time.perf_counter() if self.metrics is not None else 0.0
         read = fastpath.read_request(frame)
