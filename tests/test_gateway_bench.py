@@ -216,3 +216,49 @@ def test_a_hundred_consumers_close_after_the_join_against_noida_without_hanging(
         figures = json.loads(stdout)["servers"]["noida"]["100"]
         assert "error" not in figures, figures
         assert 0 < figures["join_s"] < 10
+
+
+def test_the_cpu_benchs_floor_answers_heartbeats_as_the_gateway_frames_them():
+    """`bench gateway-cpu`'s floor: once canned, a read of whole Heartbeat frames is answered
+    with each version's framed response (error 0) and the request's correlation id, in one
+    write; the report gives each variant's cost above the floor on its loop."""
+    import asyncio
+
+    from coordinator.bench import gateway_cpu
+    from coordinator.config import CoordinatorConfig
+    from coordinator.gateway import codec
+    from coordinator.gateway.embedded import EmbeddedBackend
+
+    written: list[bytes] = []
+
+    class Transport:
+        def write(self, data: bytes) -> None:
+            written.append(bytes(data))
+
+        def get_extra_info(self, name: str, default: object = None) -> object:
+            return ("127.0.0.1", 1) if name == "peername" else default
+
+    async def main() -> None:
+        backend = EmbeddedBackend(CoordinatorConfig())
+        gateway = gateway_cpu._FloorGateway(backend, {}, "127.0.0.1", 0)
+        connection = gateway._protocol(None, None)
+        connection.connection_made(Transport())  # type: ignore[arg-type]
+        body = {"group_id": "g", "generation_id": 1, "member_id": "m", "group_instance_id": None}
+        frames = [codec.encode_request(codec.HEARTBEAT, v, 10 + v, body) for v in range(5)]
+        gateway_cpu._FloorConnection.canned = True
+        try:
+            connection.data_received(b"".join(frames))
+        finally:
+            gateway_cpu._FloorConnection.canned = False
+        ok = {"throttle_time": 0, "error_code": 0}
+        expected = [codec.encode_response(codec.HEARTBEAT, v, 10 + v, ok) for v in range(5)]
+        assert written == [b"".join(expected)]
+
+    asyncio.run(main())
+    row = {"us_per_heartbeat": 12.0, "heartbeats_per_cpu_s": 83_333, "heartbeats_per_s": 1}
+    floor = {"us_per_heartbeat": 6.0, "heartbeats_per_cpu_s": 166_667, "heartbeats_per_s": 1}
+    figures = {"connections": 10, "rounds": 1, "seconds": 1.0}
+    report = gateway_cpu.format_report(
+        {**figures, "best": {"fast+uvloop": row, "floor+uvloop": floor}}
+    )
+    assert "6.0" in report.splitlines()[2] and "x2.00" in report.splitlines()[2]

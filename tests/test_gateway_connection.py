@@ -87,11 +87,18 @@ class HeldBackend(EmbeddedBackend):
         self.release = asyncio.Event()
         self.held = 0
 
-    async def submit(self, request: dict[str, Any]) -> dict[str, Any]:
+    def answer_now(
+        self, request: dict[str, Any]
+    ) -> dict[str, Any] | Coroutine[Any, Any, dict[str, Any]]:
         if request.get("api") in self.hold:
-            self.held += 1
-            await self.release.wait()
-        return await super().submit(request)
+            return self._released(request)
+        return super().answer_now(request)
+
+    async def _released(self, request: dict[str, Any]) -> dict[str, Any]:
+        self.held += 1
+        await self.release.wait()
+        made = super().answer_now(request)
+        return made if isinstance(made, dict) else await made
 
 
 def run(test: Callable[..., Coroutine[Any, Any, None]], **options: Any) -> None:

@@ -9,8 +9,14 @@ process; the generator is another process) per answered heartbeat, and its inver
 per server CPU-second.
 
 Variants: the codec (``kio``: kio reads and writes every message; ``fast``: the hot APIs'
-straight-line codec, :mod:`coordinator.gateway.fastpath`) and the event loop (``asyncio``, or
-``uvloop`` when installed). They run in turns, ``--rounds`` times each, in one process, so that
+straight-line codec, :mod:`coordinator.gateway.fastpath`; ``floor``: no gateway code at all once
+the group is formed, see below) and the event loop (``asyncio``, or ``uvloop`` when installed).
+
+The ``floor`` is the least any Python server on the same event loop pays per heartbeat: once the
+generator has formed its group (through the gateway, as the other variants), each connection
+only cuts the frames out of what it reads and answers every Heartbeat frame with a canned
+response of its version, the correlation id patched in, in one ``transport.write`` per read: no
+codec, no session, no dispatch, no engine. What ours costs above it is the gateway's own code. They run in turns, ``--rounds`` times each, in one process, so that
 their ratios hold on a busy box; the figure of each is its best round (the least disturbed).
 """
 
@@ -20,6 +26,7 @@ import asyncio
 import json
 import multiprocessing
 import resource
+import struct
 import sys
 import time
 from collections.abc import Callable
@@ -34,11 +41,62 @@ from coordinator.bench.gateway import (
 )
 from coordinator.config import CoordinatorConfig
 from coordinator.gateway import codec, fastpath
+from coordinator.gateway.connection import Connection
 from coordinator.gateway.embedded import EmbeddedBackend
 from coordinator.gateway.loops import loop_factory
 from coordinator.gateway.server import Gateway
+from coordinator.security.settings import Listener
 
-CODECS = ("kio", "fast")
+CODECS = ("kio", "fast", "floor")
+
+_SIZE = struct.Struct(">i")
+_HEADER = struct.Struct(">hhi")
+
+
+def _canned_heartbeats() -> dict[int, bytes]:
+    """Heartbeat version -> its framed response with error 0, correlation id 0 (bytes 4-8)."""
+    low, high = codec.SUPPORTED[codec.HEARTBEAT]
+    return {
+        v: codec.encode_response(codec.HEARTBEAT, v, 0, {"throttle_time": 0, "error_code": 0})
+        for v in range(low, high + 1)
+    }
+
+
+class _FloorConnection(Connection):
+    """The floor (module doc): once ``canned`` is set, a read holding only whole Heartbeat
+    frames, with nothing buffered or in flight, is answered with canned responses; anything
+    else (the group's forming) is the gateway's connection."""
+
+    canned = False
+    responses = _canned_heartbeats()
+
+    def data_received(self, data: bytes) -> None:
+        if not _FloorConnection.canned or self._buf or self._in_flight:
+            super().data_received(data)
+            return
+        out = []
+        pos, end = 0, len(data)
+        responses = self.responses
+        while end - pos >= 4:
+            (size,) = _SIZE.unpack_from(data, pos)
+            if pos + 4 + size > end:
+                break
+            api_key, version, correlation_id = _HEADER.unpack_from(data, pos + 4)
+            if api_key != codec.HEARTBEAT:
+                break
+            response = bytearray(responses[version])
+            _SIZE.pack_into(response, 4, correlation_id)
+            out.append(response)
+            pos += 4 + size
+        if out:
+            self.transport.write(b"".join(out))  # type: ignore[union-attr]
+        if pos < end:
+            super().data_received(data[pos:])
+
+
+class _FloorGateway(Gateway):
+    def _protocol(self, node_id: int | None, listener: Listener | None) -> Connection:
+        return _FloorConnection(self, node_id, listener)
 
 
 @dataclass(frozen=True)
@@ -82,9 +140,10 @@ def _cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-async def _round(size: int, seconds: float) -> dict[str, Any]:
+async def _round(size: int, seconds: float, floor: bool = False) -> dict[str, Any]:
     config = CoordinatorConfig(group_initial_rebalance_delay_ms=0)
-    gateway = Gateway(EmbeddedBackend(config), {"t": 2 * size}, "127.0.0.1", 0)
+    kind = _FloorGateway if floor else Gateway
+    gateway = kind(EmbeddedBackend(config), {"t": 2 * size}, "127.0.0.1", 0)
     await gateway.start()
     ctx = multiprocessing.get_context("fork")
     ours, theirs = ctx.Pipe()
@@ -93,11 +152,13 @@ async def _round(size: int, seconds: float) -> dict[str, Any]:
     loop = asyncio.get_running_loop()
     try:
         await loop.run_in_executor(None, ours.recv)
+        _FloorConnection.canned = floor
         cpu0, wall0 = _cpu(), time.perf_counter()
         ours.send("go")
         counted, errors, elapsed, generator_cpu, _ = await loop.run_in_executor(None, ours.recv)
         cpu, wall = _cpu() - cpu0, time.perf_counter() - wall0
     finally:
+        _FloorConnection.canned = False
         await loop.run_in_executor(None, process.join, 30)
         await gateway.stop()
     answered = counted + size  # the window's, and the last one in flight on each connection
@@ -122,7 +183,7 @@ def measure(
             fastpath.enabled = variant.codec == "fast"
             try:
                 with asyncio.Runner(loop_factory=loop_factory(variant.loop)) as runner:
-                    figures = runner.run(_round(size, seconds))
+                    figures = runner.run(_round(size, seconds, variant.codec == "floor"))
             finally:
                 fastpath.enabled = True
             results[variant.label].append(figures)
@@ -134,17 +195,27 @@ def measure(
 
 
 def format_report(figures: dict[str, Any]) -> str:
+    """One line per variant: its CPU per heartbeat, its ratio to the first variant's, and,
+    with a floor on the same loop measured, what it costs above that floor and how many times
+    the floor it costs."""
     lines = [
         f"server CPU per heartbeat, {figures['connections']} connections, best of "
         f"{figures['rounds']} rounds of {figures['seconds']:g} s (in-process gateway)",
-        f"  {'variant':<16}{'us/heartbeat':>14}{'hb/CPU-s':>12}{'hb/s (wall)':>13}",
+        f"  {'variant':<16}{'us/heartbeat':>14}{'hb/CPU-s':>12}{'hb/s (wall)':>13}"
+        f"{'vs first':>10}{'above floor':>13}{'x floor':>9}",
     ]
+    best = figures["best"]
     base = None
-    for label, row in figures["best"].items():
-        base = base or row["us_per_heartbeat"]
+    for label, row in best.items():
+        us = row["us_per_heartbeat"]
+        base = base or us
+        floor = best.get("floor+" + label.split("+", 1)[1])
+        above = "" if floor is None else f"{us - floor['us_per_heartbeat']:.1f}"
+        times = "" if floor is None else f"x{us / floor['us_per_heartbeat']:.2f}"
         lines.append(
-            f"  {label:<16}{row['us_per_heartbeat']:>14.1f}{row['heartbeats_per_cpu_s']:>12,}"
-            f"{row['heartbeats_per_s']:>13,}   x{base / row['us_per_heartbeat']:.2f}"
+            f"  {label:<16}{us:>14.1f}{row['heartbeats_per_cpu_s']:>12,}"
+            f"{row['heartbeats_per_s']:>13,}{'x' + format(base / us, '.2f'):>10}"
+            f"{above:>13}{times:>9}"
         )
     return "\n".join(lines)
 

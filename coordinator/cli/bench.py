@@ -306,13 +306,19 @@ def add_parser(subparsers: Any) -> None:
     gateway.set_defaults(run=run_gateway)
     cpu = kinds.add_parser(
         "gateway-cpu",
-        help="our gateway's server CPU per heartbeat, kio's codec against the fast path, "
+        help="our gateway's server CPU per heartbeat, kio's codec against the fast path and the "
+        "floor, "
         "asyncio against uvloop, in turns in one process (fair on a busy box)",
     )
     cpu.add_argument("--connections", type=int, default=10, help="members/connections (10)")
     cpu.add_argument("--seconds", type=float, default=5.0, help="window of each round (5)")
     cpu.add_argument("--rounds", type=int, default=3, help="rounds of each variant (3)")
-    cpu.add_argument("--codecs", default="kio,fast", help="any of kio, fast (kio,fast)")
+    cpu.add_argument(
+        "--codecs",
+        default="kio,fast",
+        help="any of kio, fast, floor (kio,fast); floor: a canned answer per heartbeat frame, "
+        "the least any Python server on the loop pays",
+    )
     cpu.add_argument(
         "--loops", default="asyncio,uvloop", help="any of asyncio, uvloop (asyncio,uvloop)"
     )

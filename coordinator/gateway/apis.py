@@ -469,13 +469,24 @@ async def sync_group(ctx: GatewayContext, v: int, body: dict[str, Any], *_: str)
 
 
 async def heartbeat(ctx: GatewayContext, v: int, body: dict[str, Any], *_: str) -> dict[str, Any]:
-    request = _base(ctx, "heartbeat", body["group_id"], v)
-    request.update(
-        member_id=body["member_id"],
-        group_instance_id=body.get("group_instance_id"),
-        generation_id=body["generation_id"],
-    )
-    a = await ctx.submit(request)
+    return heartbeat_answer(await ctx.submit(heartbeat_request(ctx, v, body)))
+
+
+def heartbeat_request(ctx: GatewayContext, v: int, body: dict[str, Any]) -> dict[str, Any]:
+    """The request dict of a Heartbeat (also built by the gateway's heartbeat path,
+    :meth:`coordinator.gateway.server.Gateway.heartbeat_now`)."""
+    return {
+        "api": "heartbeat",
+        "request_id": ctx.request_id(),
+        "group_id": body["group_id"],
+        "api_version": v,
+        "member_id": body["member_id"],
+        "group_instance_id": body.get("group_instance_id"),
+        "generation_id": body["generation_id"],
+    }
+
+
+def heartbeat_answer(a: dict[str, Any]) -> dict[str, Any]:
     return {"throttle_time": 0, "error_code": a["error_code"]}
 
 

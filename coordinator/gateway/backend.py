@@ -30,7 +30,12 @@ class Backend(Protocol):
         ...
 
     async def submit(self, request: dict[str, Any]) -> dict[str, Any]:
-        """The answer to one request dict (contract, section 1); may wait (a parked join)."""
+        """The answer to one request dict (contract, section 1); may wait (a parked join).
+
+        A back end may also offer ``answer_now(request)``, the same answer without a coroutine
+        when it is ready at once (else a coroutine for it): ``submit`` must then be exactly
+        ``answer_now`` awaited, as the gateway calls either (the embedded engine's,
+        :meth:`coordinator.gateway.embedded.EmbeddedBackend.answer_now`)."""
         ...
 
 

@@ -81,6 +81,8 @@ log = logging.getLogger(__name__)
 
 _SIZE = struct.Struct(">i")
 _API_KEY = struct.Struct(">h")
+#: A Heartbeat frame's first bytes (its API key)
+_HEARTBEAT = _API_KEY.pack(12)
 
 #: Requests in flight on one connection (served and not answered, and the complete frames read
 #: behind them) at which reading pauses until the first is answered.
@@ -173,7 +175,8 @@ class Connection(asyncio.Protocol):
         self.bad_input = False
         self._last_active = 0.0
         self._idle: asyncio.TimerHandle | None = None
-        self.lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._loop = asyncio.get_running_loop()
+        self.lost: asyncio.Future[None] = self._loop.create_future()
 
     # --- asyncio's callbacks -------------------------------------------------------------------
 
@@ -292,7 +295,18 @@ class Connection(asyncio.Protocol):
         holds the frames behind it unless it is pipelined (module doc)."""
         self._last_active = -1.0  # busy; the idle clock starts again once answered
         gateway = self.gateway
-        answer = gateway.answer(frame, self)
+        answer: Answer | None = None
+        if frame.startswith(_HEARTBEAT) and gateway.answers_now is not None:
+            made = gateway.heartbeat_now(frame, self)  # the commonest request, the short way
+            if isinstance(made, bytes):
+                if self._in_flight:
+                    self._in_flight.append(_Made(made))
+                else:
+                    self._answered(made)
+                return
+            answer = made
+        if answer is None:
+            answer = gateway.answer(frame, self)
         if gateway.upstream is not None:
             # upstream requests run in a task from the start (asyncio.timeout needs one)
             self._wait(asyncio.ensure_future(answer), pipelined=False)
@@ -326,7 +340,7 @@ class Connection(asyncio.Protocol):
         if self.close_after_answer:
             self._close()
         elif self._last_active < 0:
-            self._last_active = asyncio.get_running_loop().time()
+            self._last_active = self._loop.time()
 
     def _resumed(self, task: asyncio.Task[bytes | None]) -> None:
         if self._closing:

@@ -45,7 +45,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -281,19 +281,36 @@ class EmbeddedBackend:
             await asyncio.to_thread(self.owner.release)
 
     async def submit(self, request: dict[str, Any]) -> dict[str, Any]:
+        made = self.answer_now(request)
+        return made if isinstance(made, dict) else await made
+
+    def answer_now(
+        self, request: dict[str, Any]
+    ) -> dict[str, Any] | Coroutine[Any, Any, dict[str, Any]]:
+        """The answer to ``request`` when it is ready at once (the engine answers most requests
+        synchronously: a heartbeat, an offset fetch, a commit without a log), else a coroutine
+        that waits for it (a parked join, an answer held until its records are in the log).
+        :meth:`submit` is this, awaited; the gateway calls it without a coroutine of its own
+        for a heartbeat (:meth:`coordinator.gateway.server.Gateway.heartbeat_now`)."""
         if self.lost is not None:
             return cannot_serve(request, str(self.lost), Error.NOT_COORDINATOR)
         if self._loading:
             message = "the coordinator is reloading its log"
             return cannot_serve(request, message, Error.COORDINATOR_LOAD_IN_PROGRESS)
-        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-        self._waiting[str(request["request_id"])] = (request, future)
-        self._emit(self.engine.handle(request, wall_clock_ms()))
+        key = str(request["request_id"])
+        own = self._emit(self.engine.handle(request, wall_clock_ms()), key)
         self._wake_if_sooner()
+        if own is not None:
+            return own
+        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._waiting[key] = (request, future)
+        return self._awaited(key, future)
+
+    async def _awaited(self, key: str, future: asyncio.Future[dict[str, Any]]) -> dict[str, Any]:
         try:
             return await future
         finally:
-            self._waiting.pop(str(request["request_id"]), None)
+            self._waiting.pop(key, None)
 
     def update_topics(self, topics: list[dict[str, Any]]) -> None:
         """The whole current topic list (``[{name, topic_id, partitions}]``); what the change
@@ -380,11 +397,15 @@ class EmbeddedBackend:
             stored = read_table(tables / GROUP_STATE, columns=["group_id"]).column(0).to_pylist()
         return [r for r in rows.to_pylist() if r["offsets_partition"] in partitions], stored
 
-    def _emit(self, answers: list[dict[str, Any]]) -> None:
+    def _emit(self, answers: list[dict[str, Any]], own: str | None = None) -> dict[str, Any] | None:
+        """Pass on what an engine call gave: its records to the log, and its answers to the
+        requests waiting for them, held until those records are written. ``own``: the request
+        id of the call's own request, not waiting yet; its answer is returned instead when it
+        goes out at once (None: not among them, or held)."""
         records = self.engine.drain_records()
         touched = self.engine.drain_touched()
         if self._loading or self.lost is not None:
-            return  # the engine is being replaced; every waiting request has been answered
+            return None  # the engine is being replaced; every waiting request has been answered
         if self.metrics is not None:
             self.metrics.observe_engine(self.engine, touched, records, answers)
         if self._sink is not None and touched - self._dirty:
@@ -395,14 +416,22 @@ class EmbeddedBackend:
             self._pending_records.extend(records)
             self._pending_answers.extend(answers)
             self._flush.set()
-            return
-        self._resolve(answers)
+            return None
+        return self._resolve(answers, own)
 
-    def _resolve(self, answers: list[dict[str, Any]]) -> None:
+    def _resolve(
+        self, answers: list[dict[str, Any]], own: str | None = None
+    ) -> dict[str, Any] | None:
+        mine = None
         for answer in answers:
-            waiting = self._waiting.get(str(answer["request_id"]))
+            key = str(answer["request_id"])
+            if key == own:
+                mine = answer
+                continue
+            waiting = self._waiting.get(key)
             if waiting is not None and not waiting[1].done():
                 waiting[1].set_result(answer)
+        return mine
 
     def _wake_if_sooner(self) -> None:
         """Wake the scheduler when the engine may now have a timer due before it would wake

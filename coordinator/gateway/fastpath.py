@@ -428,6 +428,13 @@ def decode_request(frame: bytes) -> codec.DecodedRequest | None:
     """The request of ``frame`` (without its size prefix) as :func:`codec.decode_request`
     gives it, its body already plain data; None when this module does not serve it (another
     API or version, or anything kio may read differently)."""
+    read = read_request(frame)
+    return None if read is None else codec.DecodedRequest(*read)
+
+
+def read_request(frame: bytes) -> tuple[int, int, int, str | None, dict[str, Any]] | None:
+    """What :func:`decode_request` reads, as (api key, version, correlation id, client id,
+    plain body), without building its DecodedRequest."""
     if not _READERS:  # generated on first use (codec imports this module)
         _build()
     try:
@@ -454,7 +461,7 @@ def decode_request(frame: bytes) -> codec.DecodedRequest | None:
         return None
     if end != len(frame):
         return None
-    return codec.DecodedRequest(api_key, version, correlation_id, client_id, body)
+    return api_key, version, correlation_id, client_id, body
 
 
 def encode_response(

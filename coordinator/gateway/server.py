@@ -34,15 +34,16 @@ import asyncio
 import contextlib
 import functools
 import logging
+import struct
 import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 from coordinator.engine import CoordinatorNode, GroupCoordinator
 from coordinator.errors import Error
-from coordinator.gateway import apis, codec
+from coordinator.gateway import apis, codec, fastpath
 from coordinator.gateway.backend import Backend, cannot_serve
-from coordinator.gateway.connection import DEFAULT_MAX_IN_FLIGHT, Connection
+from coordinator.gateway.connection import DEFAULT_MAX_IN_FLIGHT, Answer, Connection
 from coordinator.gateway.log_topic import LOG_TOPIC, LogTopic, for_backend
 from coordinator.gateway.security import enforce
 from coordinator.gateway.security.session import GatewaySecurity
@@ -147,6 +148,11 @@ class Gateway:
         #: request dicts handed to the back end so far (counted only when pipelining): a
         #: connection compares it around the first step of a request's answer
         self.handed = 0
+        #: The back end's ``answer_now`` once ready, when a heartbeat may skip the general
+        #: dispatch (:meth:`heartbeat_now`): the embedded engine, not upstream mode.
+        self.answers_now: Callable[[dict[str, Any]], Any] | None = None
+        #: (version, error code) -> the framed Heartbeat response, correlation id 0
+        self._heartbeat_frames: dict[tuple[int, int], bytes] = {}
         #: the listeners of ``listeners`` after the main one, and their ports once listening
         self._other_servers: list[asyncio.Server] = []
         self.listener_ports: dict[str, int] = {}
@@ -164,7 +170,7 @@ class Gateway:
             ssl=self.security.context_for(None),
             backlog=self.listen_backlog,
         )
-        self.port = self._server.sockets[0].getsockname()[1]
+        self.port = _port(self._server)
         for listener in self.security.other_listeners:  # Kafka's further listeners
             server = await loop.create_server(
                 functools.partial(self._protocol, None, listener),
@@ -174,7 +180,7 @@ class Gateway:
                 backlog=self.listen_backlog,
             )
             self._other_servers.append(server)
-            self.listener_ports[listener.name] = int(server.sockets[0].getsockname()[1])
+            self.listener_ports[listener.name] = _port(server)
         node = CoordinatorNode(self._ctx.node_id, self.host, self.port)
         self._ctx.port = self.port
         if self.upstream is not None:
@@ -197,6 +203,8 @@ class Gateway:
         await self.backend.start(node)
         await self.log_topic.refresh(force=True)
         self._ctx.submit = self._hand if self.pipelines else self.backend.submit
+        if self.upstream is None and not self.pipelines:
+            self.answers_now = getattr(self.backend, "answer_now", None)
         self.ready = True
 
     def set_brokers(self, brokers: list[tuple[int, str, int]]) -> None:
@@ -222,10 +230,10 @@ class Gateway:
                 log.info(
                     "listening on %s:%s for upstream node %s",
                     self.host,
-                    server.sockets[0].getsockname()[1],
+                    _port(server),
                     node_id,
                 )
-            return self.host, int(server.sockets[0].getsockname()[1])
+            return self.host, _port(server)
 
     def _hand(self, request: dict[str, Any]) -> Awaitable[dict[str, Any]]:
         """The back end's ``submit``, counted (:attr:`handed`). Handlers await it at once, so a
@@ -345,6 +353,60 @@ class Gateway:
         if metrics is not None:  # before the client can see the answer
             metrics.answered(request.api_key, answer, time.perf_counter() - started)
         return response
+
+    def heartbeat_now(self, frame: bytes, connection: Connection) -> bytes | Answer | None:
+        """A Heartbeat frame served the short way, as :meth:`answer` serves it: its framed
+        answer when the back end gives it at once, a coroutine for it when it waits; None,
+        having done nothing, for any frame this does not serve (another API, a frame the fast
+        path does not read or the fast path off, a session not authenticated, a principal the
+        ACLs deny), which
+        :meth:`answer` then serves. Only with :attr:`answers_now`."""
+        answer_now = self.answers_now
+        session = connection.session
+        if answer_now is None or session is None or not session.authenticated:
+            return None
+        if not fastpath.enabled:  # kio reads and writes every message (to measure the codec)
+            return None
+        started = time.perf_counter() if self.metrics is not None else 0.0
+        read = fastpath.read_request(frame)
+        if read is None or read[0] != codec.HEARTBEAT:
+            return None
+        _, version, correlation_id, _, body = read
+        if not session.authorize(enforce.READ, enforce.GROUP, body["group_id"]):
+            return None  # denied: the general way answers it
+        made = answer_now(apis.heartbeat_request(self._ctx, version, body))
+        if isinstance(made, dict):
+            return self._heartbeat_answered(version, correlation_id, made, started)
+        return self._heartbeat_later(version, correlation_id, made, started)
+
+    async def _heartbeat_later(
+        self, version: int, correlation_id: int, made: Awaitable[dict[str, Any]], started: float
+    ) -> bytes:
+        return self._heartbeat_answered(version, correlation_id, await made, started)
+
+    def _heartbeat_answered(
+        self, version: int, correlation_id: int, made: dict[str, Any], started: float
+    ) -> bytes:
+        answer = apis.heartbeat_answer(made)
+        error = answer["error_code"]
+        framed = self._heartbeat_frames.get((version, error))
+        if framed is None:
+            framed = codec.encode_response(codec.HEARTBEAT, version, 0, answer)
+            self._heartbeat_frames[version, error] = framed
+        response = bytearray(framed)
+        _CORRELATION.pack_into(response, 4, correlation_id)
+        if self.metrics is not None:
+            self.metrics.answered(codec.HEARTBEAT, answer, time.perf_counter() - started)
+        return bytes(response)
+
+
+_CORRELATION = struct.Struct(">i")
+
+
+def _port(server: Any) -> int:
+    """The port a server listens on (its first socket's). ``Any``: uvloop's ``sockets`` is a
+    list where asyncio's, and typeshed's, is a tuple (a compiled build checks that type)."""
+    return int(server.sockets[0].getsockname()[1])
 
 
 async def _quietly(closing: Coroutine[Any, Any, None]) -> None:
