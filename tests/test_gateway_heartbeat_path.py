@@ -12,59 +12,17 @@ import asyncio
 from collections.abc import Coroutine
 from typing import Any
 
-from coordinator.config import CoordinatorConfig
 from coordinator.gateway import apis, codec, fastpath
 from coordinator.gateway.connection import Connection
 from coordinator.gateway.embedded import EmbeddedBackend
 from coordinator.gateway.security.session import GatewaySecurity
 from coordinator.gateway.server import Gateway
 from coordinator.security.settings import parse
+from tests.connection_support import connect, run
 from tests.gateway_support import TOPICS
 
 ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, REBALANCE_IN_PROGRESS = 22, 25, 27
 GROUP_AUTHORIZATION_FAILED = 30
-
-
-class _Transport:
-    def __init__(self, protocol: Connection) -> None:
-        self.protocol = protocol
-        self.closing = False
-        self.written: list[bytes] = []
-
-    def write(self, data: bytes) -> None:
-        self.written.append(data)
-
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return ("127.0.0.1", 40000) if name == "peername" else default
-
-    def is_closing(self) -> bool:
-        return self.closing
-
-    def close(self) -> None:
-        if not self.closing:
-            self.closing = True
-            asyncio.get_running_loop().call_soon(self.protocol.connection_lost, None)
-
-    abort = close
-
-
-def _run(test: Any, **options: Any) -> None:
-    async def main() -> None:
-        backend = EmbeddedBackend(CoordinatorConfig(group_initial_rebalance_delay_ms=0))
-        gateway = Gateway(backend, TOPICS, "127.0.0.1", 0, **options)
-        await gateway.start()
-        try:
-            await test(gateway)
-        finally:
-            await gateway.stop()
-
-    asyncio.run(main())
-
-
-def _connect(gateway: Gateway) -> Connection:
-    connection = Connection(gateway, None, None)
-    connection.connection_made(_Transport(connection))  # type: ignore[arg-type]
-    return connection
 
 
 def _done(coro: Coroutine[Any, Any, bytes | None]) -> bytes | None:
@@ -130,7 +88,7 @@ def _error(framed: bytes, version: int) -> int:
 def test_every_heartbeat_is_answered_the_short_way_as_the_general_way_answers_it():
     async def test(gateway: Gateway) -> None:
         assert gateway.answers_now is not None
-        connection = _connect(gateway)
+        connection, _ = connect(gateway)
         member, generation = await _stable_member(gateway)
         cases: list[tuple[dict[str, Any], int]] = [
             ({"member_id": member, "generation_id": generation}, 0),
@@ -166,25 +124,25 @@ def test_every_heartbeat_is_answered_the_short_way_as_the_general_way_answers_it
         joining.cancel()
         await asyncio.gather(joining, return_exceptions=True)
 
-    _run(test)
+    run(test)
 
 
 def test_a_heartbeat_the_acls_deny_goes_the_general_way():
     security = GatewaySecurity(parse({"authorizer.class.name": "x"}))
 
     async def test(gateway: Gateway) -> None:
-        connection = _connect(gateway)
+        connection, _ = connect(gateway)
         frame = _heartbeat(4, 7)
         assert gateway.heartbeat_now(frame, connection) is None
         answer = _done(gateway.answer(frame, connection))
         assert answer is not None and _error(answer, 4) == GROUP_AUTHORIZATION_FAILED
 
-    _run(test, security=security)
+    run(test, security=security)
 
 
 def test_what_the_short_way_does_not_serve_goes_the_general_way():
     async def test(gateway: Gateway) -> None:
-        connection = _connect(gateway)
+        connection, _ = connect(gateway)
         heartbeat = _heartbeat(4, 7)
         # trailing bytes: the fast path declines, kio refuses it, the connection closes
         assert gateway.heartbeat_now(heartbeat + b"\0", connection) is None
@@ -201,7 +159,7 @@ def test_what_the_short_way_does_not_serve_goes_the_general_way():
         connection.session.authenticated = False  # type: ignore[union-attr]
         assert gateway.heartbeat_now(heartbeat, connection) is None
 
-    _run(test)
+    run(test)
 
 
 def test_upstream_and_pipelining_back_ends_have_no_short_way():
