@@ -16,8 +16,10 @@ The ``floor`` is the least any Python server on the same event loop pays per hea
 generator has formed its group (through the gateway, as the other variants), each connection
 only cuts the frames out of what it reads and answers every Heartbeat frame with a canned
 response of its version, the correlation id patched in, in one ``transport.write`` per read: no
-codec, no session, no dispatch, no engine. What ours costs above it is the gateway's own code. They run in turns, ``--rounds`` times each, in one process, so that
-their ratios hold on a busy box; the figure of each is its best round (the least disturbed).
+codec, no session, no dispatch, no engine. What ours costs above it is the gateway's own code.
+
+The variants run in turns, ``--rounds`` times each, in one process, so that their ratios hold
+on a busy box; the figure of each is its best round (the least disturbed).
 """
 
 from __future__ import annotations
