@@ -168,7 +168,7 @@ def _carry_on(
         raise AssertionError(
             f"{failed!r}; the cluster's log:\n{cluster.text()[-8000:]}\n"
             f"what the nodes answer now:\n{_probe(cluster, members[0].group)}\n"
-            f"where the members' threads are:\n{_stacks(members)}"
+            f"where the threads are:\n{_stacks()}"
         ) from failed
 
 
@@ -187,7 +187,7 @@ def _probe(cluster: Cluster, group: str) -> str:
     return "\n".join(lines)
 
 
-def _stacks(members: list[Any]) -> str:
+def _stacks() -> str:
     """Where each thread of this process is (the members', their clients' own)."""
     import threading
     import traceback
