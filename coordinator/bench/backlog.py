@@ -30,7 +30,6 @@ refuses to run when the working directory holds another ``coordinator`` package)
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
 import shutil
@@ -43,12 +42,12 @@ from pathlib import Path
 from typing import Any
 
 from coordinator.bench import stream as stream_bench
+from coordinator.bench.soak import Process, descendants, processes
 from coordinator.bench.stream_members import Member
 from coordinator.stream import job
 from coordinator.stream.client import StreamClient
 from coordinator.stream.settings import load_settings
 
-_TICKS = os.sysconf("SC_CLK_TCK")
 #: The kinds of process reported, in report order.
 KINDS = ("jvm", "python_workers", "other_python", "driver")
 
@@ -78,43 +77,14 @@ class BacklogBenchOptions:
             raise ValueError("--files, --per-file, --rounds, --groups and --members must be >= 1")
 
 
-def _stat(pid: int) -> tuple[str, int, float]:
-    """(command name, parent pid, own CPU seconds) of a process."""
-    with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
-        data = f.read()
-    comm = data[data.index("(") + 1 : data.rindex(")")]
-    rest = data[data.rindex(")") + 2 :].split()
-    return comm, int(rest[1]), (int(rest[11]) + int(rest[12])) / _TICKS
-
-
-def _processes() -> dict[int, tuple[str, int, float]]:
-    found = {}
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            with contextlib.suppress(OSError, ValueError, IndexError):  # gone meanwhile
-                found[int(name)] = _stat(int(name))
-    return found
-
-
-def _descendants(procs: dict[int, tuple[str, int, float]], root: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for pid, (_, parent, _) in procs.items():
-        children.setdefault(parent, []).append(pid)
-    found, todo = [], [root]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
-
-
-def _python_kind(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/cmdline", encoding="utf-8", errors="replace") as f:
-            command = f.read()
-    except OSError:
-        return "other_python"
-    return "python_workers" if "pyspark.daemon\0pyspark.worker" in command else "other_python"
+def _kind(pid: int, me: int, process: Process) -> str:
+    if pid == me:
+        return "driver"
+    if process.name == "java":
+        return "jvm"
+    return (
+        "python_workers" if "pyspark.daemon pyspark.worker" in process.cmdline else "other_python"
+    )
 
 
 class CpuSampler:
@@ -130,27 +100,21 @@ class CpuSampler:
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _sample(self, initial: bool = False) -> None:
-        procs = _processes()
+        procs = processes()
         me = os.getpid()
-        java = [p for p in _descendants(procs, me) if procs[p][0] == "java"]
+        java = [p for p in descendants(procs, me) if procs[p].name == "java"]
         pids = [me]
         if java:
             pids.append(java[0])
-            pids += [p for p in _descendants(procs, java[0]) if procs[p][0].startswith("python")]
+            pids += [p for p in descendants(procs, java[0]) if procs[p].name.startswith("python")]
         for pid in pids:
             if pid not in procs:
                 continue
             if pid not in self._first:
                 # A process that started after the first sample counts from zero.
-                self._first[pid] = procs[pid][2] if initial else 0.0
-                self._kinds[pid] = (
-                    "driver"
-                    if pid == me
-                    else "jvm"
-                    if procs[pid][0] == "java"
-                    else _python_kind(pid)
-                )
-            self._last[pid] = procs[pid][2]
+                self._first[pid] = procs[pid].cpu_s if initial else 0.0
+                self._kinds[pid] = _kind(pid, me, procs[pid])
+            self._last[pid] = procs[pid].cpu_s
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):

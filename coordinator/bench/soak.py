@@ -259,6 +259,11 @@ class Process:
     session: int
     state: str  # /proc's one-letter state: "Z" zombie, "X" dead
     cmdline: str
+    name: str = ""  # /proc's command name (``comm``: "java", "python3.11", ...)
+    cpu_s: float = 0.0  # its own user + system CPU seconds (its reaped children not counted)
+
+
+_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def processes() -> dict[int, Process]:
@@ -278,8 +283,23 @@ def processes() -> dict[int, Process]:
             int(fields[3]),
             fields[0],
             cmdline.replace(b"\0", b" ").decode(errors="replace"),
+            stat[stat.index("(") + 1 : stat.rindex(")")],
+            (int(fields[11]) + int(fields[12])) / _TICKS,
         )
     return table
+
+
+def descendants(table: dict[int, Process], root: int) -> list[int]:
+    """The pids of ``table`` below ``root`` (children, their children, ...)."""
+    children: dict[int, list[int]] = {}
+    for pid, process in table.items():
+        children.setdefault(process.parent, []).append(pid)
+    found, todo = [], [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
 
 
 def session_processes(session: int) -> dict[int, str]:
