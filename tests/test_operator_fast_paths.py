@@ -24,6 +24,7 @@ from coordinator.config import CoordinatorConfig
 from coordinator.errors import Error
 from coordinator.group.model import ClassicGroup
 from coordinator.group.snapshot import UntimedPart, decode_group, encode_classic_group
+from coordinator.group.states import GroupState
 from coordinator.modern.model import ConsumerGroup
 from coordinator.requests import BadRequest, parse, parse_in_full
 from coordinator.step import StepResult, step
@@ -336,7 +337,8 @@ def _fast_and_general_paths(data: st.DataObject, offsets: Path | None) -> None:
         offsets.mkdir()
         operator_settings = dataclasses.replace(SETTINGS, offsets_dir=str(offsets))
     monkeypatch = pytest.MonkeyPatch()
-    warm = op.DecodedGroups()  # kept across batches, as a reused Python worker keeps it
+    # Kept across batches, as reused Python workers keep them; each batch runs on either.
+    workers = (op.DecodedGroups(), op.DecodedGroups())
     warm_state: dict[str, tuple[int | None, bytes]] = {}
     cold_state: dict[str, tuple[int | None, bytes]] = {}
     now, rid = 0, 0
@@ -379,6 +381,7 @@ def _fast_and_general_paths(data: st.DataObject, offsets: Path | None) -> None:
             lines.append(
                 op.InboxLine(json.dumps(request), source, position, group_id, True, True, arrival)
             )
+        warm = workers[data.draw(st.integers(0, 1), label="the Python worker")]
         if data.draw(st.booleans(), label="a task retry"):
             # The same batch again from the stored state (a failed task's output discarded):
             # the warm worker has already stepped its cached objects once.
@@ -398,13 +401,17 @@ def _fast_and_general_paths(data: st.DataObject, offsets: Path | None) -> None:
             decode_group(blob).undelivered is not None for _, blob in got.state.values()
         ):
             event("a group's timers wait for their delivery")
-    event(f"{warm.hits} cached groups stepped" if warm.hits else "no cached group stepped")
-    if warm.untimed_reused:
+    hits = sum(w.hits for w in workers)
+    event(f"{hits} cached groups stepped" if hits else "no cached group stepped")
+    if any(w.timed_hits for w in workers):
+        event("a cached group was stepped with the timed part of another worker's blob")
+    if any(w.untimed_reused for w in workers):
         event("a snapshot's untimed part was reused")
 
 
 def test_a_blob_that_is_not_the_cached_encoding_is_decoded() -> None:
-    """Only the exact bytes find the cached object; a group id that differs is not taken."""
+    """Only the exact bytes, or a blob with the same untimed part, find the cached object, and
+    only under its own group id."""
     first = op.run_group(SETTINGS, "g", None, [_join_line("j1")], 1_000)
     assert first.blob is not None
     decoded = op.DecodedGroups(limit_bytes=2 * len(first.blob))
@@ -417,21 +424,56 @@ def test_a_blob_that_is_not_the_cached_encoding_is_decoded() -> None:
     assert decoded.take(first.blob, "g", 0, SETTINGS.config)[0] is not group
     decoded.keep(first.blob, group, summary, _untimed(group))
     assert decoded.take(first.blob, "other", 0, SETTINGS.config)[0] is not group
-    assert (
-        decoded.take(first.blob, "g", 0, SETTINGS.config)[0] is not group
-    )  # the mismatch took it out too
-    assert decoded.hits == 1
+    assert decoded.take(first.blob, "g", 0, SETTINGS.config)[0] is group
+    assert decoded.hits == 2
+    # A blob of the group with another untimed part: decoded, and the kept object dropped.
+    decoded.keep(first.blob, group, summary, _untimed(group))
+    other = op.run_group(SETTINGS, "g", first.blob, [_join_line("j2")], 1_001)
+    assert other.blob is not None and not other.blob.startswith(_untimed(group).head)
+    assert decoded.take(other.blob, "g", 0, SETTINGS.config)[0] is not group
+    assert decoded._groups == {} and decoded._blob_of == {}
+
+
+def test_another_workers_blob_with_the_same_untimed_part_is_read_from_its_timed_part() -> None:
+    """The group's later steps ran on another Python worker and served heartbeats only: the
+    object kept here is stepped on, with the timers of the blob handed over."""
+    formed = _formed_group(SETTINGS)
+    here, there = op.DecodedGroups(), op.DecodedGroups()
+    group, summary, _ = here.take(formed, "g", 0, SETTINGS.config)
+    blob, untimed = encode_classic_group(group)
+    here.keep(blob, group, summary, untimed)
+    # The other worker decodes the same blob and serves two heartbeats, in two batches.
+    later = blob
+    for now in (2_000, 3_000):
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(op, "DECODED", there)
+            outcome = op.run_group(SETTINGS, "g", later, [_heartbeat_line(later, now)], now)
+        assert outcome.blob is not None and outcome.blob != later
+        later = outcome.blob
+    assert later.startswith(untimed.head)
+    taken, taken_summary, taken_untimed = here.take(later, "g", 0, SETTINGS.config)
+    assert (here.hits, here.timed_hits) == (0, 1)
+    assert taken is group and taken_untimed is untimed
+    assert taken == decode_group(later)
+    assert taken_summary == op.group_summary("g", taken, 0, SETTINGS.config)
 
 
 def test_the_oldest_groups_go_first_past_the_byte_limit() -> None:
     decoded = op.DecodedGroups(limit_bytes=10)
-    first = op.run_group(SETTINGS, "g", None, [_join_line("j1")], 1_000)
-    assert first.blob is not None
-    group, summary, _ = decoded.take(first.blob, "g", 0, SETTINGS.config)
+    groups = []
     for n in range(4):
+        outcome = op.run_group(SETTINGS, f"g{n}", None, [_join_line(f"j{n}", f"g{n}")], 1_000)
+        assert outcome.blob is not None
+        groups.append(decoded.take(outcome.blob, f"g{n}", 0, SETTINGS.config)[:2])
+    for n, (group, summary) in enumerate(groups):
         decoded.keep(bytes([n]) * 4, group, summary, _untimed(group))
     assert list(decoded._groups) == [bytes([2]) * 4, bytes([3]) * 4]
+    assert decoded._blob_of == {"g2": bytes([2]) * 4, "g3": bytes([3]) * 4}
+    group, summary = groups[3]
     decoded.keep(b"x" * 11, group, summary, _untimed(group))  # over the limit alone: not kept
+    assert len(decoded._groups) == 2 and decoded._bytes == 8
+    decoded.keep(b"y" * 4, group, summary, _untimed(group))  # one entry per group id
+    assert decoded._blob_of == {"g2": bytes([2]) * 4, "g3": b"y" * 4}
     assert len(decoded._groups) == 2 and decoded._bytes == 8
 
 
@@ -444,19 +486,53 @@ def test_a_consumer_group_is_always_decoded() -> None:
 
 def _untimed(group: Any) -> UntimedPart:
     if group is None:
-        return UntimedPart(b"", {}, {}, 0, 0)
+        return UntimedPart(b"", 0, {}, {}, 0, 0)
     return encode_classic_group(group)[1]
 
 
-def _join_line(rid: str) -> op.InboxLine:
+def _join_line(rid: str, group_id: str = "g", version: int | None = None) -> op.InboxLine:
     request = {
         "api": "join_group",
         "request_id": rid,
-        "group_id": "g",
+        "group_id": group_id,
         "member_id": "",
         "client_id": "c",
         "session_timeout_ms": 10_000,
         "protocol_type": "consumer",
         "protocols": [{"name": "range", "metadata": ""}],
     }
-    return op.InboxLine(json.dumps(request), "file:/inbox/a.jsonl", 0, "g")
+    if version is not None:
+        request["api_version"] = version
+    return _line(request)
+
+
+def _line(request: dict[str, Any]) -> op.InboxLine:
+    return op.InboxLine(json.dumps(request), "file:/inbox/a.jsonl", 0, request["group_id"])
+
+
+def _formed_group(operator_settings: op.OperatorSettings) -> bytes:
+    """The blob of group "g", Stable with one member: joined (a member id at once), the
+    initial delay run out, synced."""
+    outcome = op.run_group(operator_settings, "g", None, [_join_line("j", version=3)], 1_000)
+    for now in (2_000, 3_000):  # the initial rebalance delay runs out: the join completes
+        assert outcome.blob is not None
+        describe = {"api": "describe_groups", "request_id": f"d{now}", "group_id": "g"}
+        outcome = op.run_group(operator_settings, "g", outcome.blob, [_line(describe)], now)
+    sync = _line(_sync("s", "g", outcome.blob, 0))
+    outcome = op.run_group(operator_settings, "g", outcome.blob, [sync], 3_500)
+    assert outcome.blob is not None
+    assert decode_group(outcome.blob).state is GroupState.STABLE
+    return outcome.blob
+
+
+def _heartbeat_line(blob: bytes, now: int) -> op.InboxLine:
+    group = decode_group(blob)
+    (member,) = group.members
+    request = {
+        "api": "heartbeat",
+        "request_id": f"h{now}",
+        "group_id": group.group_id,
+        "member_id": member,
+        "generation_id": group.generation_id,
+    }
+    return _line(request)

@@ -10,7 +10,7 @@ import zlib
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import event, given
 from hypothesis import strategies as st
 
 from coordinator import CoordinatorConfig, SequentialIds, StepResult, step
@@ -37,6 +37,8 @@ from coordinator.group.snapshot import (
     SNAPSHOT_VERSION,
     SnapshotError,
     decode_group,
+    decode_timed,
+    encode_classic_group,
     encode_group,
 )
 from coordinator.group.states import GroupState
@@ -324,11 +326,25 @@ def test_member_ids_with_dashes_and_composed_keys(ids: list[str]) -> None:
     round_trip(group)
 
 
+def v7_parts(blob: bytes) -> tuple[int, bytes, bytes]:
+    """(codec, untimed part as written, timed part) of a version-7 blob."""
+    assert blob[0] == 7
+    codec, length, start, shift = blob[1], 0, 2, 0
+    while True:  # the stored untimed part's length, a varint
+        length |= (blob[start] & 0x7F) << shift
+        start += 1
+        if blob[start - 1] < 0x80:
+            break
+        shift += 7
+    stored, timed = blob[start : start + length], blob[start + length : -4]
+    return codec, zlib.decompress(stored) if codec == 1 else stored, timed
+
+
 def test_a_heartbeat_key_is_not_spelt_out_again() -> None:
     group = hand_built()
-    blob = encode_group(group)
-    assert blob[1] == 1  # compressed
-    body = zlib.decompress(blob[2:-4])
+    codec, untimed, timed = v7_parts(encode_group(group))
+    assert codec == 1  # compressed
+    body = untimed + timed
     assert body.count(b"static-1") == 1 and b"heartbeat-static-1" not in body
 
 
@@ -341,7 +357,7 @@ def test_a_member_stored_under_another_key_keeps_its_key() -> None:
 
 def test_identical_groups_encode_identically_and_the_version_comes_first() -> None:
     assert encode_group(hand_built()) == encode_group(hand_built())
-    assert encode_group(hand_built())[0] == SNAPSHOT_VERSION == 5
+    assert encode_group(hand_built())[0] == SNAPSHOT_VERSION == 7
 
 
 #: A version-1 blob as this release wrote it: later releases must still read it.
@@ -481,10 +497,18 @@ def test_a_version_5_blob_holds_the_undelivered_timers() -> None:
     group.rebalance_reason = "why"
     group.clock_ms = 1_700_000_000_500
     group.undelivered = Undelivered(1_700_000_000_500, 3, 1_700_000_000_600)
-    blob = encode_group(group)
-    # To refresh GOLDEN_V5 after a deliberate v5 change (there should be none): print(blob.hex())
-    assert blob == GOLDEN_V5, blob.hex()
     assert decode_group(GOLDEN_V5) == group
+    # Version 7 holds the same body, its untimed part (here raw) apart from its timed part.
+    assert GOLDEN_V5[0] == 5 and GOLDEN_V5[1] == 0
+    body = GOLDEN_V5[2:-4]
+    # Up to the timers: version 1's body without its timer and heap counts and timer sequence.
+    untimed = GOLDEN_V1[2:-4][:-3]
+    assert body.startswith(untimed)
+    head = bytes((7, 0, len(untimed))) + untimed
+    golden_v7 = head + body[len(untimed) :]
+    golden_v7 += zlib.crc32(golden_v7).to_bytes(4, "big")
+    assert v7_parts(golden_v7) == (0, untimed, body[len(untimed) :])
+    assert encode_group(group) == golden_v7, encode_group(group).hex()
     group.undelivered = None
     assert decode_group(encode_group(group)) == group
 
@@ -580,7 +604,7 @@ def test_empty_bytes() -> None:
         decode_group(b"")
 
 
-@pytest.mark.parametrize("version", [0, 7, 127, 300])
+@pytest.mark.parametrize("version", [0, 8, 127, 300])
 def test_unknown_versions(version: int) -> None:
     blob = bytearray(encode_group(hand_built()))
     varint = bytearray()
@@ -606,6 +630,40 @@ def test_every_truncation_and_every_flipped_byte(group: ClassicGroup) -> None:
             decode_group(bytes(damaged))
     with pytest.raises(SnapshotError):
         decode_group(blob + b"\x00")
+
+
+def test_a_timed_part_read_alone_refuses_every_damage() -> None:
+    """:func:`decode_timed` checks the CRC and the timed part as :func:`decode_group` does, and
+    refuses a blob whose untimed part is not the one given, even by one byte."""
+    group = hand_built()
+    blob, untimed = encode_classic_group(group)
+    later = copy.deepcopy(group)
+    later.timer_seq += 1
+    later.schedule("heartbeat-static-1", 99, later.timer_seq, "heartbeat", "static-1")
+    new, same = encode_classic_group(later, untimed)
+    assert same is untimed and new == encode_group(later)
+    assert decode_timed(new, decode_group(blob), untimed) == later
+    for n in range(len(untimed.head), len(new)):
+        with pytest.raises(SnapshotError):
+            decode_timed(new[:n], decode_group(blob), untimed)
+    for i in range(len(new)):
+        damaged = bytearray(new)
+        damaged[i] ^= 0x5A
+        with pytest.raises(SnapshotError):
+            decode_timed(bytes(damaged), decode_group(blob), untimed)
+    with pytest.raises(SnapshotError):
+        decode_timed(new + b"\x00", decode_group(blob), untimed)
+
+
+def test_a_version_7_untimed_part_must_end_where_its_length_says() -> None:
+    codec, untimed, timed = v7_parts(encode_group(golden_group()))
+    assert codec == 0
+    for cut in (len(untimed) - 1, len(untimed) + 1):
+        head = bytes((7, 0, cut)) + (untimed + timed)[:cut]
+        blob = head + (untimed + timed)[cut:]
+        blob += zlib.crc32(blob).to_bytes(4, "big")
+        with pytest.raises(SnapshotError):
+            decode_group(blob)
 
 
 def test_an_endless_varint_is_refused_quickly() -> None:
@@ -682,11 +740,17 @@ class Driver:
         self.members: list[str] = []
         self.answers: dict[Any, dict[str, Any]] = {}
         self.steps = 0
+        #: Steps after which the new blob's group was read from its timed part alone.
+        self.timed_reads = 0
 
     def step(self, requests: list[dict[str, Any]], now: int | None = None) -> None:
         if now is not None:
             self.now = now
         twin = None
+        before = None
+        if isinstance(self.group, ClassicGroup):
+            blob, untimed = encode_classic_group(self.group)
+            before = (decode_group(blob), untimed)
         if self.group is not None:
             decoded = round_trip(self.group)
             twin = step(
@@ -708,6 +772,17 @@ class Driver:
         self.group = result.group
         if self.group is not None:
             round_trip(self.group)
+        if before is not None and isinstance(self.group, ClassicGroup):
+            # The group before the step, decoded, with the timed part of the group's new blob
+            # read onto it, is the new blob's group when the untimed parts are the same bytes.
+            earlier, untimed = before
+            blob = encode_group(self.group)
+            if blob.startswith(untimed.head):
+                assert decode_timed(blob, earlier, untimed) == self.group
+                self.timed_reads += 1
+            else:
+                with pytest.raises(SnapshotError, match="does not start with"):
+                    decode_timed(blob, earlier, untimed)
         self.steps += 1
         seen = [r["member_id"] for r in result.responses if r["api"] == "join_group"]
         if self.group is not None:
@@ -1016,6 +1091,8 @@ def test_random_lives_through_step_round_trip_after_every_step(
             rid = next(rids)
             batch.append(random_request(d, p, rid if p["int_rid"] else f"r{rid}"))
         d.step(batch)
+    if d.timed_reads:
+        event("a step kept the untimed part: its timed part was read alone")
 
 
 # -- a consumer group at scale (also the subject of the size and speed figures) ---------------------

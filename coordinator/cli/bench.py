@@ -145,6 +145,13 @@ def add_parser(subparsers: Any) -> None:
     op.add_argument("--members", type=int, default=10, help="members per group (10)")
     op.add_argument("--batches", type=int, default=20, help="batches of heartbeats (20)")
     op.add_argument("--lines-per-file", type=int, default=100, help="inbox lines per file (100)")
+    op.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="Python workers the batches land on in turn, each keeping its own decoded groups "
+        "(1; Spark's local[2] runs a shard's task on either of 2)",
+    )
     op.add_argument("--json", action="store_true", help="print one JSON object")
     op.set_defaults(run=run_operator)
     backlog = kinds.add_parser(
@@ -486,7 +493,9 @@ def run_backlog(args: argparse.Namespace) -> int:
 def run_operator(args: argparse.Namespace) -> int:
     from coordinator.bench.operator import OperatorBenchOptions, format_report, operator_bench
 
-    options = OperatorBenchOptions(args.groups, args.members, args.batches, args.lines_per_file)
+    options = OperatorBenchOptions(
+        args.groups, args.members, args.batches, args.lines_per_file, workers=args.workers
+    )
     result = operator_bench(options)
     print(json.dumps(result) if args.json else format_report(result))
     return 0

@@ -7,10 +7,26 @@ stale timer-heap entries and every dict's order included, so a step continues fr
 copy exactly as it would have from the original; and equal groups encode to the same bytes (with
 the same zlib: the uncompressed body is canonical, zlib's output may differ between its builds).
 
-Blob layout (versions 1, 2, 3 and 5)::
+Blob layout of a classic group (version 7)::
 
-    version    unsigned varint (5; 1 to 3 from older releases); decode_group dispatches on
-               it, so a later release can still read this layout after it writes a newer one
+    version    unsigned varint (7); decode_group dispatches on it, so a later release can
+               still read this layout after it writes a newer one
+    codec      1 byte: 0 = the untimed part stored as is, 1 = zlib-compressed
+    length     unsigned varint: the stored untimed part's length in bytes
+    untimed    the body up to the group's timers (:func:`_write_untimed`), compressed when
+               that makes it smaller
+    timed      the rest of the body (:func:`_write_timed`), never compressed
+    crc        4 bytes, big-endian CRC-32 of everything before it
+
+The body (untimed, then timed) is version 5's. Version 7 splits it so that a step which
+changed only the group's timers (a heartbeat: :attr:`coordinator.step.StepResult.timers_only`)
+writes only the timed part again, with no compression, behind the stored untimed part it
+kept (:class:`UntimedPart`), and so that a reader holding the group of an earlier blob with
+the same stored untimed part reads only the timed part (:func:`decode_timed`).
+
+Older layouts (versions 1, 2, 3 and 5), still read::
+
+    version    unsigned varint (1, 2, 3 or 5)
     codec      1 byte: 0 = body stored as is, 1 = body zlib-compressed
     body       the group (below), compressed when that makes the blob smaller
     crc        4 bytes, big-endian CRC-32 of everything before it
@@ -78,11 +94,12 @@ __all__ = [
     "SnapshotError",
     "UntimedPart",
     "decode_group",
+    "decode_timed",
     "encode_classic_group",
     "encode_group",
 ]
 
-SNAPSHOT_VERSION = 5
+SNAPSHOT_VERSION = 7
 """The layout :func:`encode_group` writes for a classic group (the blob's first byte)."""
 CONSUMER_SNAPSHOT_VERSION = 6
 """The layout of a consumer group's blob: the records that rebuild it, then its timers (version
@@ -600,11 +617,6 @@ def _write_untimed(out: _Out, group: ClassicGroup) -> None:
         _write_offset(out, offset)
 
 
-def _write_group(out: _Out, group: ClassicGroup) -> None:
-    _write_untimed(out, group)
-    _write_timed(out, group)
-
-
 def _write_timed(out: _Out, group: ClassicGroup) -> None:
     """The rest of a classic group's body after :func:`_write_untimed`: its timers, the heap,
     the timer sequence, the rebalance reason and the clock."""
@@ -731,6 +743,13 @@ def _read_subscribed_topics_v1(inp: _In) -> frozenset[str] | None:
 
 
 def _read_group_v1(inp: _In) -> ClassicGroup:
+    group = _read_untimed_v1(inp)
+    _read_timed_v1(inp, group)
+    return group
+
+
+def _read_untimed_v1(inp: _In) -> ClassicGroup:
+    """What :func:`_write_untimed` wrote: the group without its timers."""
     return ClassicGroup(
         group_id=inp.text(),
         current_state_timestamp_ms=inp.opt_time(),
@@ -749,10 +768,22 @@ def _read_group_v1(inp: _In) -> ClassicGroup:
         subscribed_topics=_read_subscribed_topics_v1(inp),
         new_member_added=inp.flag(),
         offsets={(inp.text(), inp.sint()): _read_offset_v1(inp) for _ in range(inp.count())},
-        timers={inp.text(): _read_timer_v1(inp) for _ in range(inp.count())},
-        timer_heap=[(inp.time(), inp.seq(), inp.text()) for _ in range(inp.count())],
-        timer_seq=inp.seq(),
     )
+
+
+def _read_timed_v1(inp: _In, group: ClassicGroup) -> None:
+    group.timers = {inp.text(): _read_timer_v1(inp) for _ in range(inp.count())}
+    group.timer_heap = [(inp.time(), inp.seq(), inp.text()) for _ in range(inp.count())]
+    group.timer_seq = inp.seq()
+
+
+def _read_timed_v5(inp: _In, group: ClassicGroup) -> None:
+    """What :func:`_write_timed` wrote (version 5's end of the body, version 7's timed part),
+    onto ``group``: every field it holds is set."""
+    _read_timed_v1(inp, group)
+    group.rebalance_reason = inp.opt_text()
+    group.clock_ms = inp.opt_time()
+    group.undelivered = _read_undelivered_v5(inp)
 
 
 def _read_group_v2(inp: _In) -> ClassicGroup:
@@ -861,19 +892,23 @@ def _read_consumer_group_v6(inp: _In) -> ConsumerGroup:
 # -- framing ---------------------------------------------------------------------------------------
 
 
-def _version_prefix(version: int) -> bytes:
+def _varint(n: int) -> bytes:
     out = _Out()
-    out.uint(version)
+    out.uint(n)
     return bytes(out.buf)
 
 
 @dataclass(frozen=True, slots=True)
 class UntimedPart:
-    """What :func:`encode_classic_group` wrote of a classic group before its timers (the body's
-    bytes so far and the writer's tables and deltas at that point), to be written after again
-    when only the group's timers have changed."""
+    """The start of a version-7 blob up to its timed part, as :func:`encode_classic_group`
+    wrote it for a classic group: the version, codec, length and stored untimed part
+    (``head``), their CRC-32, and the writer's string and bytes tables and deltas where the
+    timed part begins. With it, the blob of the group with other timers is ``head``, the new
+    timed part and a CRC (:func:`encode_classic_group`), and a blob that starts with ``head``
+    is read from its timed part on (:func:`decode_timed`)."""
 
-    body: bytes
+    head: bytes
+    head_crc: int
     texts: dict[str, int]
     blobs: dict[bytes, int]
     last_time: int
@@ -883,28 +918,59 @@ class UntimedPart:
 def encode_classic_group(
     group: ClassicGroup, untimed: UntimedPart | None = None
 ) -> tuple[bytes, UntimedPart]:
-    """:func:`encode_group` of a classic group, and the part of its body before the timers.
+    """:func:`encode_group` of a classic group, and the start of its blob up to the timers.
 
-    With ``untimed`` (the part an earlier call returned for this group), the body's start is
-    not written again, only what follows it (timers, heap, timer sequence, rebalance reason,
-    clock): the caller vouches that nothing else of the group has changed since (no field and
-    nothing in a member, an offset or a table), as after a step that served only heartbeats
-    and fired no timer (:attr:`coordinator.step.StepResult.timers_only`). The bytes are then
-    exactly :func:`encode_group`'s."""
+    With ``untimed`` (the part an earlier call returned for this group), the untimed part is
+    neither written nor compressed again, only the timed part (timers, heap, timer sequence,
+    rebalance reason, clock) is: the caller vouches that nothing else of the group has changed
+    since (no field and nothing in a member, an offset or a table), as after a step that served
+    only heartbeats and fired no timer (:attr:`coordinator.step.StepResult.timers_only`). The
+    bytes are then exactly :func:`encode_group`'s."""
     out = _Out()
     if untimed is None:
         _write_untimed(out, group)
+        codec, stored = _compressed(bytes(out.buf))
+        head = _PREFIXES[SNAPSHOT_VERSION] + bytes((codec,)) + _varint(len(stored)) + stored
         untimed = UntimedPart(
-            bytes(out.buf), dict(out._texts), dict(out._blobs), out._last_time, out._last_seq
-        )
+            head, zlib.crc32(head), dict(out._texts), dict(out._blobs), out._last_time,
+            out._last_seq,
+        )  # fmt: skip
+        out.buf = bytearray()
     else:
-        out.buf += untimed.body
         out._texts = dict(untimed.texts)
         out._blobs = dict(untimed.blobs)
         out._last_time = untimed.last_time
         out._last_seq = untimed.last_seq
     _write_timed(out, group)
-    return _frame(SNAPSHOT_VERSION, out.buf), untimed
+    timed = bytes(out.buf)
+    return untimed.head + timed + _CRC.pack(zlib.crc32(timed, untimed.head_crc)), untimed
+
+
+def decode_timed(blob: bytes, group: ClassicGroup, untimed: UntimedPart) -> ClassicGroup:
+    """The group of ``blob``, a blob that starts with ``untimed.head``, from ``group``: the
+    group whose blob ``untimed`` was written for, taken as it is (the caller gives it up: its
+    timed fields are replaced by ``blob``'s). Equal to :func:`decode_group` of ``blob``,
+    because the two blobs' untimed parts are the same bytes; only the timed part is read.
+
+    Raises :class:`SnapshotError` when ``blob`` does not start with ``untimed.head`` or is
+    corrupt (``group`` may then be partly changed)."""
+    if not blob.startswith(untimed.head):
+        raise SnapshotError("the blob does not start with the given untimed part")
+    _check_crc(blob)
+    inp = _In(blob[len(untimed.head) : len(blob) - _CRC.size])
+    inp._texts = list(untimed.texts)
+    inp._blobs = list(untimed.blobs)
+    inp._last_time = untimed.last_time
+    inp._last_seq = untimed.last_seq
+    try:
+        _read_timed_v5(inp, group)
+    except SnapshotError:
+        raise
+    except Exception as exc:  # as decode_group: whatever else malformed bytes trip over
+        raise SnapshotError(f"corrupt snapshot: {type(exc).__name__}: {exc}") from exc
+    if inp.remaining():
+        raise SnapshotError("corrupt snapshot: bytes left over after the group")
+    return group
 
 
 def encode_group(group: Group) -> bytes:
@@ -915,28 +981,29 @@ def encode_group(group: Group) -> bytes:
     hold (see the module doc; the engine only ever puts str, int, None and tuples of ints there),
     ValueError for an integer of 14336 bits or more.
     """
+    if not isinstance(group, ConsumerGroup):
+        return encode_classic_group(group)[0]
     out = _Out()
-    if isinstance(group, ConsumerGroup):
-        _write_consumer_group(out, group)
-        version = CONSUMER_SNAPSHOT_VERSION
-    else:
-        _write_group(out, group)
-        version = SNAPSHOT_VERSION
-    return _frame(version, out.buf)
+    _write_consumer_group(out, group)
+    return _frame(CONSUMER_SNAPSHOT_VERSION, out.buf)
 
 
 #: The version prefixes of the layouts this release writes.
-_PREFIXES = {v: _version_prefix(v) for v in (SNAPSHOT_VERSION, CONSUMER_SNAPSHOT_VERSION)}
+_PREFIXES = {v: _varint(v) for v in (SNAPSHOT_VERSION, CONSUMER_SNAPSHOT_VERSION)}
+
+
+def _compressed(body: bytes) -> tuple[int, bytes]:
+    """(codec, stored bytes): ``body`` compressed when that makes it smaller."""
+    if len(body) >= _COMPRESS_MIN_BYTES:
+        packed = zlib.compress(body, _ZLIB_LEVEL)
+        if len(packed) < len(body):
+            return _CODEC_ZLIB, packed
+    return _CODEC_RAW, body
 
 
 def _frame(version: int, written: bytearray) -> bytes:
     """A body in its frame: version, codec (compressed when that makes it smaller), CRC-32."""
-    body = bytes(written)
-    codec = _CODEC_RAW
-    if len(body) >= _COMPRESS_MIN_BYTES:
-        packed = zlib.compress(body, _ZLIB_LEVEL)
-        if len(packed) < len(body):
-            codec, body = _CODEC_ZLIB, packed
+    codec, body = _compressed(bytes(written))
     head = _PREFIXES[version] + bytes((codec,))
     return head + body + _CRC.pack(zlib.crc32(body, zlib.crc32(head)))
 
@@ -971,28 +1038,57 @@ def _decode_v6(blob: bytes, pos: int) -> Group:
     return _decode_framed(blob, pos, _read_consumer_group_v6)
 
 
-def _decode_framed(blob: bytes, pos: int, read_group: Callable[[_In], Group]) -> Group:
-    """``codec`` byte, body (read by ``read_group``), CRC-32; ``pos`` is just past the version."""
+def _decode_v7(blob: bytes, pos: int) -> Group:
+    """Version 7: ``codec`` byte, the stored untimed part's length and bytes, the timed part,
+    CRC-32 (``pos`` is just past the version)."""
+    _check_crc(blob, pos)
+    codec = blob[pos]
+    header = _In(blob[pos + 1 : len(blob) - _CRC.size])
+    length = header.uint()
+    start = pos + 1 + header.position
+    if length > header.remaining():
+        raise SnapshotError(f"truncated snapshot: an untimed part of {length} bytes")
+    untimed = _inflated(codec, blob[start : start + length])
+    inp = _In(untimed + blob[start + length : len(blob) - _CRC.size])
+    group = _read_untimed_v1(inp)
+    if inp.position != len(untimed):
+        raise SnapshotError("corrupt snapshot: the untimed part does not end where it should")
+    _read_timed_v5(inp, group)
+    if inp.remaining():
+        raise SnapshotError("corrupt snapshot: bytes left over after the group")
+    return group
+
+
+def _check_crc(blob: bytes, pos: int = 0) -> None:
+    """The CRC-32 at the end of ``blob``, of everything before it; ``pos`` is where the codec
+    byte is (just past the version), which must leave room for it and the CRC."""
     if len(blob) < pos + 1 + _CRC.size:
         raise SnapshotError(f"truncated snapshot: {len(blob)} bytes")
     (crc,) = _CRC.unpack_from(blob, len(blob) - _CRC.size)
     if zlib.crc32(memoryview(blob)[: len(blob) - _CRC.size]) != crc:
         raise SnapshotError("corrupt snapshot: CRC-32 mismatch (truncated or damaged)")
-    codec = blob[pos]
-    body = blob[pos + 1 : len(blob) - _CRC.size]
-    if codec == _CODEC_ZLIB:
-        inflater = zlib.decompressobj()
-        try:
-            body = inflater.decompress(body)
-        except zlib.error as exc:
-            raise SnapshotError(f"corrupt snapshot: {exc}") from exc
-        if not inflater.eof or inflater.unused_data:
-            raise SnapshotError(
-                "corrupt snapshot: the compressed body does not end where it should"
-            )
-    elif codec != _CODEC_RAW:
+
+
+def _inflated(codec: int, stored: bytes) -> bytes:
+    """The bytes ``stored`` under ``codec``."""
+    if codec == _CODEC_RAW:
+        return stored
+    if codec != _CODEC_ZLIB:
         raise SnapshotError(f"corrupt snapshot: unknown codec {codec}")
-    inp = _In(body)
+    inflater = zlib.decompressobj()
+    try:
+        body = inflater.decompress(stored)
+    except zlib.error as exc:
+        raise SnapshotError(f"corrupt snapshot: {exc}") from exc
+    if not inflater.eof or inflater.unused_data:
+        raise SnapshotError("corrupt snapshot: the compressed body does not end where it should")
+    return body
+
+
+def _decode_framed(blob: bytes, pos: int, read_group: Callable[[_In], Group]) -> Group:
+    """``codec`` byte, body (read by ``read_group``), CRC-32; ``pos`` is just past the version."""
+    _check_crc(blob, pos)
+    inp = _In(_inflated(blob[pos], blob[pos + 1 : len(blob) - _CRC.size]))
     group = read_group(inp)
     if inp.remaining():
         raise SnapshotError("corrupt snapshot: bytes left over after the group")
@@ -1007,6 +1103,7 @@ _DECODERS: dict[int, Callable[[bytes, int], Group]] = {
     4: _decode_v4,
     5: _decode_v5,
     6: _decode_v6,
+    7: _decode_v7,
 }
 
 
