@@ -46,7 +46,7 @@ from coordinator.bench.soak import Process, descendants, processes
 from coordinator.bench.stream_members import Member
 from coordinator.stream import job
 from coordinator.stream.client import StreamClient
-from coordinator.stream.settings import load_settings
+from coordinator.stream.settings import SOURCE_LINES, load_settings
 
 #: The kinds of process reported, in report order.
 KINDS = ("jvm", "python_workers", "other_python", "driver")
@@ -68,6 +68,8 @@ class BacklogBenchOptions:
     session_timeout_ms: int = 300_000
     #: How long a round may take before the bench gives up.
     round_timeout_s: float = 900.0
+    #: ``job.source.lines`` of each query, in turn (query i takes ``source_lines[i % n]``).
+    source_lines: tuple[str, ...] = ("jvm",)
 
     def __post_init__(self) -> None:
         unknown = set(self.modes) - set(stream_bench.MODES)
@@ -75,6 +77,12 @@ class BacklogBenchOptions:
             raise ValueError(f"unknown modes {sorted(unknown)}; any of {stream_bench.MODES}")
         if min(self.files, self.per_file, self.rounds, self.groups, self.members) < 1:
             raise ValueError("--files, --per-file, --rounds, --groups and --members must be >= 1")
+        if not self.source_lines or set(self.source_lines) - set(SOURCE_LINES):
+            raise ValueError(f"--source-lines: one or more of {SOURCE_LINES}")
+
+    def lines_of(self, index: int) -> str:
+        """``job.source.lines`` of the ``index``-th query."""
+        return self.source_lines[index % len(self.source_lines)]
 
 
 def _kind(pid: int, me: int, process: Process) -> str:
@@ -174,12 +182,16 @@ def run_query(
     settings = stream_bench.mode_settings(mode, root / str(index), base)
     settings = dataclasses.replace(
         settings,
-        job=dataclasses.replace(settings.job, max_files_per_trigger=options.files_per_trigger),
+        job=dataclasses.replace(
+            settings.job,
+            max_files_per_trigger=options.files_per_trigger,
+            source_lines=options.lines_of(index),
+        ),
     )
     paths = settings.job.paths
     spark.conf.set("spark.sql.shuffle.partitions", str(settings.job.shards))
     spark.conf.unset(stream_bench.ARROW_BATCH)
-    say(f"[{index} {mode}] starting the query")
+    say(f"[{index} {mode}] starting the query (job.source.lines={settings.job.source_lines})")
     running = _start(spark, mode, settings)
     rows = []
     try:
@@ -233,6 +245,7 @@ def run_query(
                 row = {
                     "query": index,
                     "mode": mode,
+                    "source_lines": settings.job.source_lines,
                     "round": round_,
                     "requests": count,
                     "seconds": round(seconds, 2),
@@ -277,6 +290,7 @@ def backlog_bench(
         shutil.rmtree(root, ignore_errors=True)
     settings = dataclasses.asdict(options)
     settings["modes"] = list(options.modes)
+    settings["source_lines"] = list(options.source_lines)
     return {"options": settings, "rounds": rows}
 
 
@@ -287,14 +301,16 @@ def format_report(result: dict[str, Any]) -> str:
         f"{options['files_per_trigger']} files a batch, {options['groups']} groups x "
         f"{options['members']} members; CPU per answered request (us)",
         "",
-        f"{'query':<18} {'round':>5} {'seconds':>8} "
+        f"{'query':<25} {'round':>5} {'seconds':>8} "
         + " ".join(f"{k:>14}" for k in KINDS)
         + "  answers",
     ]
     for row in result["rounds"]:
         cpu = row["cpu_us_per_request"]
+        label = f"{row['query']} {row['mode']} {row.get('source_lines', 'jvm')}"
         lines.append(
-            f"{str(row['query']) + ' ' + row['mode']:<18} {row['round']:>5} {row['seconds']:>8} "
+            f"{label:<25} "
+            f"{row['round']:>5} {row['seconds']:>8} "
             + " ".join(f"{cpu[k]:>14}" for k in KINDS)
             + f"  {row['answers']}"
         )

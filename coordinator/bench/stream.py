@@ -292,14 +292,11 @@ def floor_stream(spark: Any, settings: Settings, opsettings: operator.OperatorSe
     """The floor's stream: ``job.inbox_stream`` -> the floor function keyed by group id (or, for
     ``floor-shard``, by shard as ``job.state.key=shard`` keys the job), with the job's timeout
     mode and output schema."""
-    from pyspark.sql import functions as F
     from pyspark.sql.streaming.state import GroupStateTimeout
 
     lines = job.inbox_stream(spark, settings)
     if settings.job.state_key == SHARD:
-        partitions = settings.coordinator.offsets_topic_num_partitions
-        expr = job.kafka_partition_expr("group_id", partitions)
-        grouped = lines.withColumn("shard", F.expr(expr)).groupBy("shard")
+        grouped = job.with_shard(lines, settings).groupBy("shard")
     else:
         grouped = lines.groupBy("group_id")
     return grouped.applyInPandasWithState(

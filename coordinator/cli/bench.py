@@ -175,6 +175,12 @@ def add_parser(subparsers: Any) -> None:
         "--files-per-trigger", type=int, default=10, help="job.max.files.per.trigger (10)"
     )
     backlog.add_argument("--shards", type=int, default=2, help="job.shards (2)")
+    backlog.add_argument(
+        "--source-lines",
+        default="jvm",
+        help="job.source.lines of each query in turn, e.g. jvm,python: query i takes the "
+        "(i mod n)-th (jvm)",
+    )
     backlog.add_argument("--json", action="store_true", help="print one JSON object")
     backlog.set_defaults(run=run_backlog)
     soak = kinds.add_parser(
@@ -484,6 +490,7 @@ def run_backlog(args: argparse.Namespace) -> int:
         members=args.members,
         files_per_trigger=args.files_per_trigger,
         shards=args.shards,
+        source_lines=tuple(v.strip() for v in args.source_lines.split(",") if v.strip()),
     )
     figures = backlog_bench(options, say=stderr)
     print(json.dumps(figures) if args.json else format_report(figures))

@@ -188,6 +188,12 @@ def inbox_stream(spark: Any, settings: Settings) -> Any:
     if job.clean_source == "archive":
         paths.archive.mkdir(parents=True, exist_ok=True)
         reader = reader.option("archive", str(paths.archive))
+    if job.source_lines == "python":
+        # The source splits and keys the lines itself (coordinator.stream.lines).
+        reader = reader.option("lines", "true")
+        if job.state_key == operator.SHARD_KEY:
+            reader = reader.option("shards", settings.coordinator.offsets_topic_num_partitions)
+        return reader.load(str(paths.inbox))
     files = reader.load(str(paths.inbox)).select(
         # The bytes as they are: a cast to string checks nothing, file_lines does.
         "source_file",
@@ -253,20 +259,31 @@ def coordinator_stream(
     bootstrap files): one DataFrame of output rows per batch."""
     lines = inbox_stream(spark, settings)
     if opsettings.bootstrap_dir is not None:
-        lines = lines.unionByName(bootstrap_stream(spark, settings, opsettings.bootstrap_dir))
+        bootstrap = bootstrap_stream(spark, settings, opsettings.bootstrap_dir)
+        if "shard" in lines.columns:
+            bootstrap = with_shard(bootstrap, settings)
+        lines = lines.unionByName(bootstrap)
     return keyed_operator(lines, settings, opsettings)
+
+
+def with_shard(lines: Any, settings: Settings) -> Any:
+    """Inbox rows with their ``shard`` column (the group id's offsets partition), unless the
+    source gave it (``job.source.lines=python``)."""
+    from pyspark.sql import functions as F
+
+    if "shard" in lines.columns:
+        return lines
+    partitions = settings.coordinator.offsets_topic_num_partitions
+    return lines.withColumn("shard", F.expr(kafka_partition_expr("group_id", partitions)))
 
 
 def keyed_operator(lines: Any, settings: Settings, opsettings: operator.OperatorSettings) -> Any:
     """The stateful operator over inbox rows (:func:`inbox_stream`'s shape), keyed by
     ``job.state.key``."""
-    from pyspark.sql import functions as F
     from pyspark.sql.streaming.state import GroupStateTimeout
 
     if settings.job.state_key == operator.SHARD_KEY:
-        partitions = settings.coordinator.offsets_topic_num_partitions
-        keyed = lines.withColumn("shard", F.expr(kafka_partition_expr("group_id", partitions)))
-        grouped = keyed.groupBy("shard")
+        grouped = with_shard(lines, settings).groupBy("shard")
         function = operator.shard_function(opsettings)
     else:
         grouped = lines.groupBy("group_id")

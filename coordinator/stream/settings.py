@@ -33,6 +33,9 @@ from coordinator.stream.operator import KEY_MODES
 from coordinator.stream.retention import Retention
 from coordinator.stream.schema import Warehouse
 
+#: ``job.source.lines``: where request files are split into line rows.
+SOURCE_LINES = ("jvm", "python")
+
 #: The repository's ``conf/`` directory (present in a checkout and beside ``jobs/``).
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 
@@ -86,6 +89,10 @@ class JobSettings:
     #: How many Spark tasks read one micro-batch's request files, each a run of consecutive
     #: files (0 = one per core of the cluster, Spark's default parallelism).
     source_read_tasks: int = 0
+    #: Where request files become line rows: ``jvm`` (split and keyed in Spark's SQL,
+    #: :func:`coordinator.stream.job.file_lines`) or ``python`` (in the inbox source's read,
+    #: column-wise with Arrow, :mod:`coordinator.stream.lines`; an experiment).
+    source_lines: str = "jvm"
     #: The longest inbox line read as a request, in bytes (Kafka's ``max.request.size``
     #: default): a longer one is answered INVALID_REQUEST (or rejected) without being parsed.
     max_request_bytes: int = 1_048_576
@@ -141,6 +148,11 @@ class JobSettings:
         if self.sink_write not in SINK_WRITES:
             raise ValueError(
                 f"job.sink.write must be one of {', '.join(SINK_WRITES)}, got {self.sink_write!r}"
+            )
+        if self.source_lines not in SOURCE_LINES:
+            raise ValueError(
+                f"job.source.lines must be one of {', '.join(SOURCE_LINES)}, "
+                f"got {self.source_lines!r}"
             )
         if self.clean_source not in ("archive", "delete", "off"):
             raise ValueError(

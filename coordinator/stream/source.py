@@ -532,15 +532,21 @@ except ImportError:  # pragma: no cover - the engine's users need no Spark
 class InboxDataSource(DataSource):
     """``readStream.format("coordinator_inbox").option("path", inbox)`` with options
     ``archive`` (directory), ``clean`` (archive, delete, off), ``maxFilesPerTrigger``,
-    ``readTasks`` (how many tasks read one batch's files; default 1) and ``initialOffsetFile``
-    (where the query's first offset is kept: in its checkpoint)."""
+    ``readTasks`` (how many tasks read one batch's files; default 1), ``initialOffsetFile``
+    (where the query's first offset is kept: in its checkpoint), ``lines`` (``true``: one row
+    per line, :mod:`coordinator.stream.lines`, instead of one per file) and ``shards`` (with
+    ``lines``: a ``shard`` column, the line's group id's partition of that many)."""
 
     @classmethod
     def name(cls) -> str:
         return SOURCE_NAME
 
     def schema(self) -> str:
-        return SOURCE_SCHEMA
+        if self.options.get("lines", "false").lower() != "true":
+            return SOURCE_SCHEMA
+        from coordinator.stream import lines
+
+        return lines.SHARD_SCHEMA if self.options.get("shards") else lines.LINE_SCHEMA
 
     def streamReader(self, schema: Any) -> InboxReader:
         options = self.options
@@ -556,6 +562,8 @@ class InboxDataSource(DataSource):
             int(options.get("maxFilesPerTrigger", 1000)),
             Path(initial) if initial else None,
             read_tasks=int(options.get("readTasks", 1)),
+            lines=options.get("lines", "false").lower() == "true",
+            shards=int(options["shards"]) if options.get("shards") else None,
         )
 
 
@@ -584,12 +592,17 @@ class InboxReader(DataSourceStreamReader):
         max_files: int,
         initial_file: Path | None = None,
         read_tasks: int = 1,
+        lines: bool = False,
+        shards: int | None = None,
     ) -> None:
         if read_tasks < 1:
             raise ValueError(f"readTasks must be at least 1, got {read_tasks}")
         self.inbox = inbox
         self.max_files = max_files
         self.read_tasks = read_tasks
+        #: Rows of lines (:mod:`coordinator.stream.lines`), with a shard column of ``shards``.
+        self.lines = lines
+        self.shards = shards
         #: Where the checkpoint's initial offset is kept. Spark asks for it again to re-run
         #: batch 0, and by then the files it was computed from may have moved on.
         self.initial_file = initial_file
@@ -635,6 +648,11 @@ class InboxReader(DataSourceStreamReader):
         worker_gc.tune_gc()  # a Python worker that runs the source's reads may run the operator
         labels = [label for label, _ in partition.files]
         contents = [Path(path).read_bytes() for _, path in partition.files]
+        if self.lines:
+            from coordinator.stream import lines
+
+            yield from lines.line_batches(labels, contents, self.shards)
+            return
         yield pa.RecordBatch.from_arrays(
             [pa.array(labels, pa.string()), pa.array(contents, pa.binary())],
             names=["source_file", "content"],

@@ -1,0 +1,181 @@
+"""Request files as the inbox's line rows, built column-wise with Arrow in the source's read.
+
+The job's default splits files into lines in the JVM (:func:`coordinator.stream.job.file_lines`:
+``split`` at ``"\\n"``, ``posexplode``, ``get_json_object`` for the group id, and in shard mode
+Java's ``String.hashCode`` through ``reflect`` for the shard). With ``job.source.lines=python``
+the inbox source's read (:meth:`coordinator.stream.source.InboxReader.read`) yields those rows
+itself, built here: the same columns, ``(value, source_file, position, group_id, terminated,
+valid_utf8)`` and, for a shard-keyed job, ``shard`` (:func:`coordinator.log.partitioning.
+partition_for`, the engine's own function, once per distinct group id of a batch).
+
+Everything but the group id of a line that is not in the clients' compact form is Arrow's C++
+(one call per column for all the files of a read, no Python per line):
+
+- split at ``"\\n"`` (``split_pattern``), the ``"\\r"`` before a line's ``"\\n"`` dropped (a last
+  line keeps a final ``"\\r"``), lines of spaces only skipped (Spark's ``trim``: spaces only),
+  ``terminated`` False only for a file's last line, as :func:`~coordinator.stream.job.
+  file_lines`;
+- ``valid_utf8``: a file that is not UTF-8 is decoded with U+FFFD in place of its undecodable
+  bytes (Python's ``"replace"``), and its lines holding U+FFFD are flagged, as the JVM path
+  flags them (Python may put a different number of U+FFFD than Java for one bad sequence);
+- the group id: a regular expression (RE2, ``extract_regex``) reads the value of a
+  ``"group_id":"..."`` pair when the line starts with ``{``, no ``{`` or ``[`` comes before the
+  pair (so the pair is the top-level object's), the pair follows ``{`` or ``,``, the value has
+  no ``\\`` (no escape to decode) and ``"group_id"`` occurs once in the line (no duplicate key).
+  In a line that is a JSON object, that is exactly the top-level ``group_id`` string, as
+  ``get_json_object(value, '$.group_id')`` reads it. Any other line is parsed with ``json``
+  (:func:`group_id_of`).
+
+Where this can differ from ``get_json_object``, only for lines that are not a valid JSON object
+or not a request (the operator refuses those with the same answer whichever group's step reads
+them; a mismatch of a request's group id and its key is answered INVALID_REQUEST by the step,
+never served to another group):
+
+- a line that is not valid JSON but has the fast form's prefix (a line cut short after its
+  group id, garbage after it) is keyed by that group id; Spark's parser fails and keys it ``""``;
+- a line that is not valid JSON for Python but is for Jackson up to the group id (Jackson
+  stops at the end of the first value, ``json`` refuses what follows it), or the reverse,
+  e.g. Python's ``NaN``: keyed ``""`` here where Spark may read the id;
+- a non-string group id: JSON text (``json.dumps``, compact) where Spark writes Jackson's text
+  of the value (a number's text as written, e.g. ``1.0E2`` for ``1e2``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from coordinator.log.partitioning import partition_for
+
+#: The columns of the line rows, as the source declares them (``shard`` only in shard mode).
+LINE_COLUMNS = ("value", "source_file", "position", "group_id", "terminated", "valid_utf8")
+LINE_SCHEMA = (
+    "value string, source_file string, position int, group_id string, terminated boolean, "
+    "valid_utf8 boolean"
+)
+SHARD_SCHEMA = LINE_SCHEMA + ", shard int"
+
+#: The group id of a line in the clients' compact form (see the module's doc).
+_FAST_GROUP_ID = r'^\{(?:[^{\[]*,)?"group_id":"(?P<g>[^"\\]*)"'
+_KEY = '"group_id"'
+
+#: How many bytes of files one batch of rows holds at most (Arrow's string offsets are 32-bit).
+CHUNK_BYTES = 256 << 20
+
+
+def _first_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object's first value for each key, as Spark's ``get_json_object`` reads a duplicate
+    key (``json`` keeps the last)."""
+    found: dict[str, Any] = {}
+    for key, value in pairs:
+        found.setdefault(key, value)
+    return found
+
+
+def group_id_of(value: str) -> str:
+    """The group id key of one line, parsed: the top-level ``group_id`` of a JSON object (the
+    first of duplicates; a string as it is, with a lone surrogate escape as ``"?"``, as Spark
+    writes it to UTF-8; anything else as its compact JSON text), ``""`` for no such field or a
+    line that is not a JSON object."""
+    try:
+        raw = json.loads(value, object_pairs_hook=_first_pairs)
+    except (ValueError, RecursionError):
+        return ""
+    if not isinstance(raw, dict):
+        return ""
+    group_id = raw.get("group_id")
+    if group_id is None:
+        return ""
+    if not isinstance(group_id, str):
+        group_id = json.dumps(group_id, separators=(",", ":"), ensure_ascii=False)
+    return group_id.encode("utf-8", "replace").decode("utf-8")
+
+
+def _texts(contents: Sequence[bytes]) -> tuple[list[bytes], list[bool]]:
+    """Each file's bytes as UTF-8 (undecodable bytes replaced by U+FFFD) and whether it was."""
+    texts, valid = [], []
+    for content in contents:
+        if content.isascii():
+            texts.append(content)
+            valid.append(True)
+            continue
+        try:
+            content.decode("utf-8")
+        except UnicodeDecodeError:
+            texts.append(content.decode("utf-8", "replace").encode("utf-8"))
+            valid.append(False)
+        else:
+            texts.append(content)
+            valid.append(True)
+    return texts, valid
+
+
+def line_batch(labels: Sequence[str], contents: Sequence[bytes], shards: int | None = None) -> Any:
+    """The line rows of whole files (``labels[i]`` names ``contents[i]``) as one Arrow record
+    batch of :data:`LINE_COLUMNS` (and ``shard``, of ``shards`` partitions, when given)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    texts, file_valid = _texts(contents)
+    files = pa.array(texts, pa.binary()).view(pa.string())
+    split = pc.split_pattern(files, "\n")
+    flat = split.flatten()
+    parents = np.asarray(pc.list_parent_indices(split), dtype=np.int64)
+    offsets = np.asarray(split.offsets, dtype=np.int64)
+    positions = np.arange(len(flat), dtype=np.int64) - offsets[parents]
+    last = positions == (offsets[1:] - offsets[:-1])[parents] - 1
+    crlf = pc.and_(pa.array(~last), pc.ends_with(flat, "\r"))
+    values = pc.if_else(crlf, pc.utf8_slice_codeunits(flat, 0, -1), flat)
+    keep = pc.not_equal(pc.utf8_trim(values, " "), "")
+    kept = np.asarray(keep.to_numpy(zero_copy_only=False), dtype=bool)
+    values = values.filter(keep)
+    parents, positions, last = parents[kept], positions[kept], last[kept]
+
+    utf8 = np.asarray(file_valid, dtype=bool)[parents]
+    if utf8.all():
+        valid_utf8 = pa.array(utf8)
+    else:
+        valid_utf8 = pc.or_(pa.array(utf8), pc.invert(pc.match_substring(values, "\ufffd")))
+
+    fast = pc.struct_field(pc.extract_regex(values, _FAST_GROUP_ID), [0])
+    once = pc.equal(pc.count_substring(values, _KEY), 1)
+    group_ids = pc.if_else(once, fast, pa.scalar(None, pa.string()))
+    missing = np.flatnonzero(np.asarray(group_ids.is_null().to_numpy(zero_copy_only=False)))
+    if len(missing):
+        ids = group_ids.to_pylist()
+        for index in missing.tolist():
+            ids[index] = group_id_of(values[index].as_py())
+        group_ids = pa.array(ids, pa.string())
+
+    columns = [
+        values,
+        pa.array(labels, pa.string()).take(pa.array(parents)),
+        pa.array(positions.astype(np.int32)),
+        group_ids,
+        pa.array(~last),
+        valid_utf8,
+    ]
+    names = list(LINE_COLUMNS)
+    if shards is not None:
+        encoded = pc.dictionary_encode(group_ids)
+        keys = [partition_for(g, shards) for g in encoded.dictionary.to_pylist()]
+        columns.append(pa.array(keys, pa.int32()).take(encoded.indices))
+        names.append("shard")
+    return pa.RecordBatch.from_arrays(columns, names=names)
+
+
+def line_batches(
+    labels: Sequence[str], contents: Sequence[bytes], shards: int | None = None
+) -> Iterator[Any]:
+    """:func:`line_batch` over runs of files of at most :data:`CHUNK_BYTES` (a larger file
+    alone)."""
+    start, size = 0, 0
+    for index, content in enumerate(contents):
+        if index > start and size + len(content) > CHUNK_BYTES:
+            yield line_batch(labels[start:index], contents[start:index], shards)
+            start, size = index, 0
+        size += len(content)
+    if start < len(contents):
+        yield line_batch(labels[start:], contents[start:], shards)
