@@ -31,13 +31,16 @@ or not a request (the operator refuses those with the same answer whichever grou
 them; a mismatch of a request's group id and its key is answered INVALID_REQUEST by the step,
 never served to another group):
 
-- a line that is not valid JSON but has the fast form's prefix (a line cut short after its
-  group id, garbage after it) is keyed by that group id; Spark's parser fails and keys it ``""``;
-- a line that is not valid JSON for Python but is for Jackson up to the group id (Jackson
-  stops at the end of the first value, ``json`` refuses what follows it), or the reverse,
-  e.g. Python's ``NaN``: keyed ``""`` here where Spark may read the id;
-- a non-string group id: JSON text (``json.dumps``, compact) where Spark writes Jackson's text
-  of the value (a number's text as written, e.g. ``1.0E2`` for ``1e2``).
+- a line with the fast form's prefix that is not a whole JSON object for Jackson (cut short
+  after its group id, a trailing comma, ``NaN``, which Python's ``json`` and so the engine's
+  parser accept) is keyed by that group id here, ``""`` by Spark (whose parser fails before
+  the object's end; garbage after the object's end it ignores, as the fast form does);
+- a line that only Jackson's lenient parsing reads (single quotes, ``{'group_id':'g'}``, and
+  the like) and that is not in the fast form is keyed ``""`` here, by its id by Spark;
+- a non-string group id: its compact JSON text (``json.dumps``: ``1e2`` is ``100.0``, as
+  Spark writes it) where Jackson's text of an unusual value may differ.
+
+(Compared on Spark 4.2: ``tests/test_stream_job.py``, the test of lines built in the source.)
 """
 
 from __future__ import annotations
@@ -75,9 +78,9 @@ def _first_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 def group_id_of(value: str) -> str:
     """The group id key of one line, parsed: the top-level ``group_id`` of a JSON object (the
-    first of duplicates; a string as it is, with a lone surrogate escape as ``"?"``, as Spark
-    writes it to UTF-8; anything else as its compact JSON text), ``""`` for no such field or a
-    line that is not a JSON object."""
+    first of duplicates; a string as it is; anything else as its compact JSON text), ``""``
+    for no such field, a string with a lone surrogate escape (not Unicode: Spark's
+    ``get_json_object`` gives null) or a line that is not a JSON object."""
     try:
         raw = json.loads(value, object_pairs_hook=_first_pairs)
     except (ValueError, RecursionError):
@@ -89,7 +92,11 @@ def group_id_of(value: str) -> str:
         return ""
     if not isinstance(group_id, str):
         group_id = json.dumps(group_id, separators=(",", ":"), ensure_ascii=False)
-    return group_id.encode("utf-8", "replace").decode("utf-8")
+    try:
+        group_id.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate escape: Spark's get_json_object gives null
+        return ""
+    return group_id
 
 
 def _texts(contents: Sequence[bytes]) -> tuple[list[bytes], list[bool]]:
