@@ -9,7 +9,7 @@ valid_utf8)`` and, for a shard-keyed job, ``shard`` (:func:`coordinator.log.part
 partition_for`, the engine's own function, once per distinct group id of a batch).
 
 Everything but the group id of a line that is not in the clients' compact form is Arrow's C++
-(one call per column for all the files of a read, no Python per line):
+and numpy (one call per column for all the files of a read, no Python per line):
 
 - split at ``"\\n"`` (``split_pattern``), the ``"\\r"`` before a line's ``"\\n"`` dropped (a last
   line keeps a final ``"\\r"``), lines of spaces only skipped (Spark's ``trim``: spaces only),
@@ -18,7 +18,8 @@ Everything but the group id of a line that is not in the clients' compact form i
 - ``valid_utf8``: a file that is not UTF-8 is decoded with U+FFFD in place of its undecodable
   bytes (Python's ``"replace"``), and its lines holding U+FFFD are flagged, as the JVM path
   flags them (Python may put a different number of U+FFFD than Java for one bad sequence);
-- the group id: a regular expression (RE2, ``extract_regex``) reads the value of a
+- the group id: whole-array operations over the lines' bytes (numpy: where each line's first
+  ``"group_id":"`` is, and the quotes, brackets and backslashes around it) read the value of a
   ``"group_id":"..."`` pair when the line starts with ``{``, no ``{`` or ``[`` comes before the
   pair (so the pair is the top-level object's), the pair follows ``{`` or ``,``, the value has
   no ``\\`` (no escape to decode) and ``"group_id"`` occurs once in the line (no duplicate key).
@@ -59,9 +60,11 @@ LINE_SCHEMA = (
 )
 SHARD_SCHEMA = LINE_SCHEMA + ", shard int"
 
-#: The group id of a line in the clients' compact form (see the module's doc).
-_FAST_GROUP_ID = r'^\{(?:[^{\[]*,)?"group_id":"(?P<g>[^"\\]*)"'
+#: The group id of a line in the clients' compact form (see the module's doc): the value of
+#: the first ``"group_id":"``, when it is the line's only ``"group_id"``.
 _KEY = '"group_id"'
+_PAIR = '"group_id":"'
+_OPEN, _OPEN_ARRAY, _COMMA, _QUOTE, _BACKSLASH = (ord(c) for c in '{[,"\\')
 
 #: How many bytes of files one batch of rows holds at most (Arrow's string offsets are 32-bit).
 CHUNK_BYTES = 256 << 20
@@ -118,6 +121,51 @@ def _texts(contents: Sequence[bytes]) -> tuple[list[bytes], list[bool]]:
     return texts, valid
 
 
+def _fast_group_ids(values: Any) -> tuple[Any, Any]:
+    """The group ids of the lines in the compact form (see the module's doc) as a string array
+    (``""`` for the others), and a numpy mask of those lines: whole-array operations over the
+    lines' bytes, no Python per line."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    count = len(values)
+    offsets = np.frombuffer(values.buffers()[1], dtype=np.int32)[
+        values.offset : values.offset + count + 1
+    ].astype(np.int64)
+    data_buffer = values.buffers()[2]
+    data = np.frombuffer(data_buffer, dtype=np.uint8) if data_buffer is not None else np.zeros(0)
+    starts, ends = offsets[:-1], offsets[1:]
+    at = np.asarray(pc.find_substring(values, _PAIR).to_numpy(zero_copy_only=False), np.int64)
+    once = np.asarray(pc.count_substring(values, _KEY).to_numpy(zero_copy_only=False)) == 1
+    fast = (at > 0) & once
+    fast &= data[np.where(fast, starts, 0)] == _OPEN
+    pair = starts + np.where(fast, at, 1)
+    before = data[pair - 1]
+    fast &= (before == _OPEN) | (before == _COMMA)
+    # No "{" or "[" between the line's first "{" and the pair: the pair is the top level's.
+    brackets = np.flatnonzero((data == _OPEN) | (data == _OPEN_ARRAY))
+    fast &= np.searchsorted(brackets, pair) == np.searchsorted(brackets, starts + 1)
+    # The value: up to the next '"' in the line, with no "\\" (no escape) in it.
+    begin = pair + len(_PAIR)
+    quotes = np.flatnonzero(data == _QUOTE)
+    found = np.searchsorted(quotes, np.where(fast, begin, 0))
+    end = quotes[np.minimum(found, len(quotes) - 1)] if len(quotes) else np.zeros(count, np.int64)
+    fast &= (found < len(quotes)) & (end < ends)
+    backslashes = np.flatnonzero(data == _BACKSLASH)
+    fast &= np.searchsorted(backslashes, begin) == np.searchsorted(backslashes, end)
+    lengths = np.where(fast, end - begin, 0)
+    out = np.zeros(count + 1, np.int64)
+    np.cumsum(lengths, out=out[1:])
+    gather = np.repeat(begin - out[:-1], lengths) + np.arange(out[-1], dtype=np.int64)
+    ids = pa.Array.from_buffers(
+        pa.string(),
+        count,
+        [None, pa.py_buffer(out.astype(np.int32)), pa.py_buffer(data[gather].tobytes())],
+    )
+    return ids, fast
+
+
 def line_batch(labels: Sequence[str], contents: Sequence[bytes], shards: int | None = None) -> Any:
     """The line rows of whole files (``labels[i]`` names ``contents[i]``) as one Arrow record
     batch of :data:`LINE_COLUMNS` (and ``shard``, of ``shards`` partitions, when given)."""
@@ -146,10 +194,8 @@ def line_batch(labels: Sequence[str], contents: Sequence[bytes], shards: int | N
     else:
         valid_utf8 = pc.or_(pa.array(utf8), pc.invert(pc.match_substring(values, "\ufffd")))
 
-    fast = pc.struct_field(pc.extract_regex(values, _FAST_GROUP_ID), [0])
-    once = pc.equal(pc.count_substring(values, _KEY), 1)
-    group_ids = pc.if_else(once, fast, pa.scalar(None, pa.string()))
-    missing = np.flatnonzero(np.asarray(group_ids.is_null().to_numpy(zero_copy_only=False)))
+    group_ids, fast = _fast_group_ids(values)
+    missing = np.flatnonzero(~fast)
     if len(missing):
         ids = group_ids.to_pylist()
         for index in missing.tolist():
