@@ -53,7 +53,9 @@ answer it differently.
 **Rows.** One per file, ``(source_file, content)``: the ``file:`` URI of the sequenced file and
 its bytes. The job splits them into lines in Spark exactly as it did with the text file source
 (:func:`coordinator.stream.job.inbox_stream`), so the rows keep their shape and meaning; the
-operator reads each line's arrival from its ``source_file`` (:func:`arrival_of`).
+operator reads each line's arrival from its ``source_file`` (:func:`arrival_of`). With the
+option ``lines`` (``job.source.lines=python``) the read yields those line rows itself
+(:mod:`coordinator.stream.lines`), with a ``shard`` column when given ``shards``.
 
 **Topics.** ``"topics_version": T``: the newest version of the job's topic store
 (:mod:`coordinator.stream.topic_store`) when the batch was planned, never lower than the
