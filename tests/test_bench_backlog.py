@@ -56,3 +56,14 @@ def test_a_tiny_backlog_is_answered_in_each_mode_and_its_cpu_counted(
         assert cpu["jvm"] > 0 and cpu["python_workers"] > 0 and cpu["driver"] > 0
     report = backlog.format_report(result)
     assert "python_workers" in report and "1 shard" in report
+
+
+def test_each_query_takes_the_source_lines_setting_in_turn() -> None:
+    options = backlog.BacklogBenchOptions(
+        modes=("stateless", "stateless", "shard"), source_lines=("jvm", "python")
+    )
+    assert [options.lines_of(i) for i in range(3)] == ["jvm", "python", "jvm"]
+    with pytest.raises(ValueError, match="--source-lines"):
+        backlog.BacklogBenchOptions(source_lines=("scala",))
+    with pytest.raises(ValueError, match="--source-lines"):
+        backlog.BacklogBenchOptions(source_lines=())
