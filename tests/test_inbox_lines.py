@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import random
-import re
 from typing import Any
 
 import pytest
@@ -12,10 +11,11 @@ import pytest
 from coordinator.log.partitioning import partition_for
 from coordinator.stream import lines
 from coordinator.stream.settings import JobSettings
+from tests.line_cases import crlf_texts, expected_lines, file_uri
 
 
 def rows(contents: list[bytes], shards: int | None = None) -> dict[tuple[str, int], Any]:
-    labels = [f"file:/inbox/{i:04d}.jsonl" for i in range(len(contents))]
+    labels = [file_uri(i) for i in range(len(contents))]
     batch = lines.line_batch(labels, contents, shards)
     assert batch.schema.names == list(lines.LINE_COLUMNS) + (["shard"] if shards else [])
     return {(r["source_file"], r["position"]): r for r in batch.to_pylist()}
@@ -24,17 +24,9 @@ def rows(contents: list[bytes], shards: int | None = None) -> dict[tuple[str, in
 def test_files_split_into_the_lines_of_a_crlf_or_lf_split() -> None:
     """As the JVM path (tests/test_stream_job.py): a line's "\r" before its "\n" is dropped, a
     final "\r" is kept, lines of spaces only are skipped, only a last line is unterminated."""
-    rng = random.Random(5)
-    pieces = ["\n", "\r\n", "\r", "\r\r\n", " ", "  \r\n", "x", '{"group_id": "g"}', "é", "\n\n"]
-    texts = ["", "\n", "\r", "\r\n", "a\r", "a\r\n", "a\n\r", "\r\r\n", "a\nb", "a\r\nb\r", "\t"]
-    texts += ["".join(rng.choice(pieces) for _ in range(rng.randint(1, 12))) for _ in range(300)]
+    texts = crlf_texts()
     got = {k: (r["value"], r["terminated"]) for k, r in rows([t.encode() for t in texts]).items()}
-    want = {}
-    for i, text in enumerate(texts):
-        parts = re.split("\r?\n", text)
-        for position, value in enumerate(parts):
-            if value.strip(" "):
-                want[(f"file:/inbox/{i:04d}.jsonl", position)] = (value, position < len(parts) - 1)
+    want = expected_lines(texts)
     assert got == want
 
 

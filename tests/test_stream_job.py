@@ -9,7 +9,6 @@ import base64
 import json
 import os
 import random
-import re
 import time
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ from coordinator.consumer_protocol import Subscription, encode_subscription
 from coordinator.log.partitioning import partition_for
 from coordinator.stream import job
 from coordinator.stream.source import arrival_of, parse_sequenced
+from tests.line_cases import crlf_texts, expected_lines, file_uri
 from tests.stream_support import RunningCoordinator
 
 pytestmark = pytest.mark.slow
@@ -401,24 +401,15 @@ def test_inbox_files_split_into_the_lines_of_a_crlf_or_lf_split(spark):
     """A file's lines are those of a split at "\r?\n": each line's "\r" before its "\n" is not
     part of it, a final "\r" that no "\n" follows is, blank lines (spaces only) are skipped,
     and only a file's last line can be unterminated."""
-    rng = random.Random(5)
-    pieces = ["\n", "\r\n", "\r", "\r\r\n", " ", "  \r\n", "x", '{"group_id": "g"}', "é", "\n\n"]
-    texts = ["", "\n", "\r", "\r\n", "a\r", "a\r\n", "a\n\r", "\r\r\n", "a\nb", "a\r\nb\r"]
-    texts += ["".join(rng.choice(pieces) for _ in range(rng.randint(1, 12))) for _ in range(300)]
+    texts = crlf_texts()
     files = spark.createDataFrame(
-        [(f"file:/inbox/{i:04d}.jsonl", text) for i, text in enumerate(texts)],
-        "source_file string, text string",
+        [(file_uri(i), text) for i, text in enumerate(texts)], "source_file string, text string"
     )
     got = {
         (r.source_file, r.position): (r.value, r.terminated)
         for r in job.file_lines(files).collect()
     }
-    want = {}
-    for i, text in enumerate(texts):
-        parts = re.split("\r?\n", text)
-        for position, value in enumerate(parts):
-            if value.strip(" "):
-                want[(f"file:/inbox/{i:04d}.jsonl", position)] = (value, position < len(parts) - 1)
+    want = expected_lines(texts)
     assert got == want
 
 
