@@ -129,7 +129,7 @@ def test_a_large_read_is_yielded_in_batches_of_whole_files(
 
 
 def test_the_setting_names_one_of_the_two_paths() -> None:
-    assert JobSettings().source_lines == "jvm"
-    JobSettings(source_lines="python")
+    assert JobSettings().source_lines == "python"
+    JobSettings(source_lines="jvm")
     with pytest.raises(ValueError, match=r"job\.source\.lines must be one of jvm, python"):
         JobSettings(source_lines="scala")

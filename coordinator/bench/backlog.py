@@ -69,7 +69,7 @@ class BacklogBenchOptions:
     #: How long a round may take before the bench gives up.
     round_timeout_s: float = 900.0
     #: ``job.source.lines`` of each query, in turn (query i takes ``source_lines[i % n]``).
-    source_lines: tuple[str, ...] = ("jvm",)
+    source_lines: tuple[str, ...] = ("python",)
 
     def __post_init__(self) -> None:
         unknown = set(self.modes) - set(stream_bench.MODES)

@@ -177,9 +177,9 @@ def add_parser(subparsers: Any) -> None:
     backlog.add_argument("--shards", type=int, default=2, help="job.shards (2)")
     backlog.add_argument(
         "--source-lines",
-        default="jvm",
+        default="python",
         help="job.source.lines of each query in turn, e.g. jvm,python: query i takes the "
-        "(i mod n)-th (jvm)",
+        "(i mod n)-th (python, the job's default)",
     )
     backlog.add_argument("--json", action="store_true", help="print one JSON object")
     backlog.set_defaults(run=run_backlog)

@@ -89,10 +89,10 @@ class JobSettings:
     #: How many Spark tasks read one micro-batch's request files, each a run of consecutive
     #: files (0 = one per core of the cluster, Spark's default parallelism).
     source_read_tasks: int = 0
-    #: Where request files become line rows: ``jvm`` (split and keyed in Spark's SQL,
-    #: :func:`coordinator.stream.job.file_lines`) or ``python`` (in the inbox source's read,
-    #: column-wise with Arrow, :mod:`coordinator.stream.lines`; an experiment).
-    source_lines: str = "jvm"
+    #: Where request files become line rows: ``python`` (in the inbox source's read,
+    #: column-wise with Arrow, :mod:`coordinator.stream.lines`) or ``jvm`` (split and keyed in
+    #: Spark's SQL, :func:`coordinator.stream.job.file_lines`).
+    source_lines: str = "python"
     #: The longest inbox line read as a request, in bytes (Kafka's ``max.request.size``
     #: default): a longer one is answered INVALID_REQUEST (or rejected) without being parsed.
     max_request_bytes: int = 1_048_576
