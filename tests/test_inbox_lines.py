@@ -133,3 +133,37 @@ def test_the_setting_names_one_of_the_two_paths() -> None:
     JobSettings(source_lines="jvm")
     with pytest.raises(ValueError, match=r"job\.source\.lines must be one of jvm, python"):
         JobSettings(source_lines="scala")
+
+
+def test_a_batch_s_files_are_counted_by_the_source_s_offsets_not_its_rows() -> None:
+    """With line rows, Spark's numInputRows counts lines: the files a batch read come from the
+    inbox source's offsets, a checkpoint's first batch from no start; any other source (a
+    rebuilt checkpoint's bootstrap files, one row each) by its rows."""
+    from types import SimpleNamespace
+
+    from coordinator.stream.source import files_between, files_read
+
+    start = '{"inbox_seq": 10, "inbox_files": 3, "inbox_horizon_ms": 5}'
+    end = '{"inbox_seq": 14, "inbox_files": 7, "inbox_horizon_ms": 9}'
+    assert files_between(start, end) == 4
+    assert files_between("null", end) == files_between(None, end) == 7
+    assert files_between(start, start) == 0
+    assert files_between(None, '{"logOffset": 3}') is None  # Spark's file source
+    assert files_between(None, "not json") is None
+    inbox = SimpleNamespace(startOffset=start, endOffset=end, numInputRows=250)
+    bootstrap = SimpleNamespace(startOffset=None, endOffset='{"logOffset": 0}', numInputRows=2)
+    assert files_read(SimpleNamespace(sources=[inbox, bootstrap])) == 6
+
+
+def test_progress_as_json_counts_the_same_files() -> None:
+    """``progress.json`` (the bench's and the status file's form) holds the offsets decoded."""
+    from coordinator.stream.source import files_read
+
+    inbox = {
+        "startOffset": {"inbox_seq": 1, "inbox_files": 1},
+        "endOffset": {"inbox_seq": 3, "inbox_files": 3},
+        "numInputRows": 40,
+    }
+    assert files_read({"sources": [inbox]}) == 2
+    assert files_read({"sources": [{**inbox, "startOffset": None}]}) == 3
+    assert files_read({}) == 0

@@ -504,9 +504,18 @@ def test_metrics_server_serves_health_and_releases_its_port():
 # --- the job's metrics, fed as its sink and listener feed them -------------------------------
 
 
-def progress(duration_ms: int, rows: int, state_rows: int) -> Any:
+def progress(duration_ms: int, files: int, state_rows: int, lines: int = 3) -> Any:
+    """A batch's progress as Spark reports it: the inbox source's offsets moved on by ``files``
+    files, of ``lines`` rows (the source gives line rows)."""
     operator = SimpleNamespace(numRowsTotal=state_rows, memoryUsedBytes=4096)
-    return SimpleNamespace(batchDuration=duration_ms, numInputRows=rows, stateOperators=[operator])
+    inbox = SimpleNamespace(
+        startOffset='{"inbox_seq": 7, "inbox_files": 4}',
+        endOffset=json.dumps({"inbox_seq": 7 + files, "inbox_files": 4 + files}),
+        numInputRows=lines,
+    )
+    return SimpleNamespace(
+        batchDuration=duration_ms, numInputRows=lines, stateOperators=[operator], sources=[inbox]
+    )
 
 
 def test_job_metrics_from_batches_latency_backlog_and_readiness(tmp_path):
@@ -540,6 +549,7 @@ def test_job_metrics_from_batches_latency_backlog_and_readiness(tmp_path):
         assert scrape.value("coordinator_job_request_latency_seconds_count") == 1
         assert scrape.value("coordinator_job_inbox_files") == 1  # r2's file waits
         assert scrape.value("coordinator_job_batch_duration_seconds_sum") == 0.7
+        assert scrape.value("coordinator_job_files_total") == 1  # one file of three lines
         assert scrape.value("coordinator_job_batch_requests_sum") == 1
         assert scrape.value("coordinator_job_state_rows") == 1
         assert scrape.value("coordinator_job_delta_write_seconds_count", table="responses") == 1

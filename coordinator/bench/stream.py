@@ -87,7 +87,7 @@ from coordinator.bench.stream_members import (
     join_request,
     sync_request,
 )
-from coordinator.stream import job, operator, worker_gc
+from coordinator.stream import job, operator, source, worker_gc
 from coordinator.stream.client import Inbox, ResponseReader, StreamClient
 from coordinator.stream.schema import CONSUMER_OFFSETS, RESPONSES, Warehouse
 from coordinator.stream.settings import (
@@ -1245,7 +1245,7 @@ def _mode_figures(
             "duration_ms": _spread([float(p["batchDuration"]) for p in data], 50, 99),
             "idle_duration_ms": _spread([float(p["batchDuration"]) for p in idle], 50),
             "period_ms": None if period is None else round(period, 1),
-            "files_per_batch": _round(sum(p["numInputRows"] for p in data) / len(data))
+            "files_per_batch": _round(sum(source.files_read(p) for p in data) / len(data))
             if data
             else None,
             "responses_per_batch": _round(
@@ -1287,7 +1287,7 @@ def _mode_figures(
                 [
                     round(_epoch_s(p["timestamp"]) - t0, 2),
                     p["batchDuration"],
-                    p["numInputRows"],
+                    source.files_read(p),
                     responses.get(p["batchId"]),
                 ]
                 for p in progress

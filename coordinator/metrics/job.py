@@ -5,8 +5,8 @@
 ``coordinator_job_batch_requests``                 requests a micro-batch settled: its answers plus
                                                    its refused lines (a parked JoinGroup counts in
                                                    the batch that answers it)
-``coordinator_job_files_total``                    inbox files read (Spark's ``numInputRows``: the
-                                                   source reads a file as one row)
+``coordinator_job_files_total``                    inbox files read (the inbox source's offsets;
+                                                   a bootstrap file source's rows)
 ``coordinator_job_responses_total``                responses written
 ``coordinator_job_rejected_total``                 lines refused to ``rejected_requests``
 ``coordinator_job_timers_fired_total``             keys stepped only because a timer fired
@@ -66,7 +66,7 @@ from coordinator.metrics.server import (
 )
 from coordinator.stream.delta_read import read_table
 from coordinator.stream.schema import GROUP_STATE, Warehouse
-from coordinator.stream.source import SEQUENCED, parse_sequenced, visible
+from coordinator.stream.source import SEQUENCED, files_read, parse_sequenced, visible
 
 log = logging.getLogger(__name__)
 
@@ -248,9 +248,7 @@ class JobMetrics:
             buckets=REQUEST_BUCKETS,
             registry=registry,
         )
-        self.files = Counter(
-            "coordinator_job_files", "Inbox files read (Spark's numInputRows)", registry=registry
-        )
+        self.files = Counter("coordinator_job_files", "Inbox files read", registry=registry)
         self.responses = Counter(
             "coordinator_job_responses", "Responses written", registry=registry
         )
@@ -385,7 +383,7 @@ class JobMetrics:
         self.batches.inc()
         self.last_batch.set(batch_id)
         self.batch_duration.observe(progress.batchDuration / 1000)
-        self.files.inc(progress.numInputRows)
+        self.files.inc(files_read(progress))
         self.timers_fired.inc(timers_fired)
         operators = progress.stateOperators
         if operators:

@@ -693,7 +693,7 @@ def progress_listener(sink: BatchSink, warehouse: Warehouse) -> Any:
             batch_id = sink.batch_id_base + progress.batchId
             figures = sink.pop_figures(batch_id) or BatchFigures(batch_id)
             line = (
-                f"batch {batch_id}: {progress.numInputRows} files in, "
+                f"batch {batch_id}: {source.files_read(progress)} files in, "
                 f"{figures.responses} responses out, {figures.records} records, "
                 f"{figures.groups} groups changed, {figures.timers_fired} timers fired, "
                 f"{figures.rejected} rejected, {progress.batchDuration} ms"

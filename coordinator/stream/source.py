@@ -421,6 +421,40 @@ def batch_horizon(offsets_dir: str | Path, batch_timestamp_ms: int) -> int | Non
     return None if offset is None else offset.horizon_ms
 
 
+def files_between(start: Any, end: Any) -> int | None:
+    """How many inbox files a batch read, from the start and end offsets that Spark's progress
+    shows for a source (JSON text, as the listener's progress has them, or the decoded JSON, as
+    ``progress.json`` has them; ``"null"`` or None for no start: a checkpoint's first batch
+    starts at 0 files); None when ``end`` is not an offset of this source. Spark's
+    ``numInputRows`` counts rows, which are lines when the source gives line rows."""
+    try:
+        ended = json.loads(end) if isinstance(end, str) else end
+        started = json.loads(start) if isinstance(start, str) else start
+    except ValueError:
+        return None
+    if not isinstance(ended, dict) or SEQ not in ended:
+        return None
+    first = Offset.of(started).files if isinstance(started, dict) and SEQ in started else 0
+    return max(0, Offset.of(ended).files - first)
+
+
+def files_read(progress: Any) -> int:
+    """The request files a batch read, by Spark's progress of it (the listener's object or its
+    JSON as a dict): the inbox source's by its offsets (its rows are lines with
+    ``job.source.lines=python``), any other source's (a rebuilt checkpoint's bootstrap files,
+    one row each) by its rows."""
+    total = 0
+    if isinstance(progress, dict):
+        reads = [(r.get("startOffset"), r.get("endOffset"), r.get("numInputRows", 0))
+                 for r in progress.get("sources", ())]  # fmt: skip
+    else:
+        reads = [(r.startOffset, r.endOffset, r.numInputRows) for r in progress.sources]
+    for start, end, rows in reads:
+        files = files_between(start, end)
+        total += int(rows or 0) if files is None else files
+    return total
+
+
 def batch_offset(offsets_dir: str | Path, batch_timestamp_ms: int) -> Offset | None:
     """This source's end offset of the batch whose timestamp is ``batch_timestamp_ms`` (its
     input horizon and topics version), from Spark's offset log (``<checkpoint>/offsets/<batch id>``: a version line, the batch's metadata with
