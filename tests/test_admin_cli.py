@@ -486,3 +486,23 @@ def test_status_reads_the_checkpoint_identity_and_every_table(story: Story) -> N
     assert list(status["tables"]) == list(TABLES)
     assert status["checkpoint"]["offsets_topic_num_partitions"] == 50
     assert status["last_complete_batch"] == WarehouseReader(story.warehouse).cut().batch_id
+
+
+def test_status_counts_the_last_batch_s_files_by_the_inbox_offsets(tmp_path: Any) -> None:
+    """The last batch's progress says how many rows it read (lines, when the source gives line
+    rows) and, from the inbox source's offsets, how many files."""
+    from coordinator.cli.status import collect
+    from coordinator.stream.schema import Warehouse
+
+    paths = Warehouse.at(tmp_path / "wh")
+    paths.status.mkdir(parents=True)
+    inbox = {
+        "startOffset": {"inbox_seq": 4, "inbox_files": 4},
+        "endOffset": {"inbox_seq": 6, "inbox_files": 6},
+        "numInputRows": 30,
+    }
+    progress = {"batchId": 3, "numInputRows": 30, "batchDuration": 12, "sources": [inbox]}
+    (paths.status / "progress.json").write_text(json.dumps(progress))
+    status = collect(paths.root)
+    assert status["progress"]["input_rows"] == 30
+    assert status["progress"]["input_files"] == 2

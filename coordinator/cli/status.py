@@ -37,6 +37,7 @@ def collect(warehouse: str | Path, checkpoint: str | Path | None = None) -> dict
     from coordinator.stream.schema import TABLES, Warehouse
     from coordinator.stream.settings import IDENTITY_FILE, read_identity
     from coordinator.stream.sink import last_complete_batch
+    from coordinator.stream.source import files_read
 
     paths = Warehouse.at(warehouse, checkpoint=checkpoint)
     out: dict[str, Any] = {"warehouse": str(paths.root), "tables": {}}
@@ -50,6 +51,7 @@ def collect(warehouse: str | Path, checkpoint: str | Path | None = None) -> dict
             "timestamp": progress.get("timestamp"),
             "age_s": round(time.time() - progress_file.stat().st_mtime, 1),
             "input_rows": progress.get("numInputRows"),
+            "input_files": files_read(progress),
             "batch_duration_ms": progress.get("batchDuration"),
             **progress.get("coordinator", {}),
         }
@@ -113,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
     if progress:
         print(
             f"last batch: {progress['batch_id']} at {progress['timestamp']} "
-            f"({progress['age_s']} s ago): {progress['input_rows']} files in, "
+            f"({progress['age_s']} s ago): {progress['input_files']} files in, "
             f"{progress.get('responses', 0)} responses out, {progress.get('records', 0)} "
             f"records, {progress.get('timers_fired', 0)} timers fired, "
             f"{progress['batch_duration_ms']} ms"
