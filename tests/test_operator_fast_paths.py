@@ -431,7 +431,7 @@ def test_a_blob_that_is_not_the_cached_encoding_is_decoded() -> None:
     other = op.run_group(SETTINGS, "g", first.blob, [_join_line("j2")], 1_001)
     assert other.blob is not None and not other.blob.startswith(_untimed(group).head)
     assert decoded.take(other.blob, "g", 0, SETTINGS.config)[0] is not group
-    assert decoded._groups == {} and decoded._blob_of == {}
+    assert decoded._groups == {}
 
 
 def test_another_workers_blob_with_the_same_untimed_part_is_read_from_its_timed_part() -> None:
@@ -467,13 +467,19 @@ def test_the_oldest_groups_go_first_past_the_byte_limit() -> None:
         groups.append(decoded.take(outcome.blob, f"g{n}", 0, SETTINGS.config)[:2])
     for n, (group, summary) in enumerate(groups):
         decoded.keep(bytes([n]) * 4, group, summary, _untimed(group))
-    assert list(decoded._groups) == [bytes([2]) * 4, bytes([3]) * 4]
-    assert decoded._blob_of == {"g2": bytes([2]) * 4, "g3": bytes([3]) * 4}
+    assert {g: entry[0] for g, entry in decoded._groups.items()} == {
+        "g2": bytes([2]) * 4,
+        "g3": bytes([3]) * 4,
+    }
+    assert list(decoded._groups) == ["g2", "g3"]
     group, summary = groups[3]
     decoded.keep(b"x" * 11, group, summary, _untimed(group))  # over the limit alone: not kept
     assert len(decoded._groups) == 2 and decoded._bytes == 8
     decoded.keep(b"y" * 4, group, summary, _untimed(group))  # one entry per group id
-    assert decoded._blob_of == {"g2": bytes([2]) * 4, "g3": b"y" * 4}
+    assert {g: entry[0] for g, entry in decoded._groups.items()} == {
+        "g2": bytes([2]) * 4,
+        "g3": b"y" * 4,
+    }
     assert len(decoded._groups) == 2 and decoded._bytes == 8
 
 

@@ -510,9 +510,8 @@ class DecodedGroups:
 
     def __init__(self, limit_bytes: int = 2 * 1024 * 1024) -> None:
         self.limit_bytes = limit_bytes
-        self._groups: dict[bytes, tuple[ClassicGroup, dict[str, Any], UntimedPart]] = {}
-        #: group id -> the key of its entry in ``_groups``.
-        self._blob_of: dict[str, bytes] = {}
+        #: group id -> (blob, group, summary, untimed part), oldest first.
+        self._groups: dict[str, tuple[bytes, ClassicGroup, dict[str, Any], UntimedPart]] = {}
         self._bytes = 0
         #: How many groups were taken from here as they were, rather than decoded.
         self.hits = 0
@@ -527,13 +526,12 @@ class DecodedGroups:
     ) -> tuple[Group, dict[str, Any], UntimedPart | None]:
         """The blob's group, its :func:`group_summary` and, when the group is the one kept,
         the untimed part of its snapshot (the caller then owns the group)."""
-        key = self._blob_of.get(group_id)
-        if key is not None:
-            cached = self._drop(key)
-            group, summary, untimed = cached
+        cached = self._drop(group_id)
+        if cached is not None:
+            key, group, summary, untimed = cached
             if key == blob:
                 self.hits += 1
-                return cached
+                return group, summary, untimed
             if blob.startswith(untimed.head):
                 try:
                     decode_timed(blob, group, untimed)
@@ -555,25 +553,23 @@ class DecodedGroups:
         change any of them afterwards."""
         if not isinstance(group, ClassicGroup) or len(blob) > self.limit_bytes:
             return
-        previous = self._blob_of.get(group.group_id)
-        if previous is not None:
-            self._drop(previous)
+        self._drop(group.group_id)
         groups = self._groups
         while groups and self._bytes + len(blob) > self.limit_bytes:
             self._drop(next(iter(groups)))
-        groups[blob] = (group, summary, untimed)
-        self._blob_of[group.group_id] = blob
+        groups[group.group_id] = (blob, group, summary, untimed)
         self._bytes += len(blob)
 
-    def _drop(self, key: bytes) -> tuple[ClassicGroup, dict[str, Any], UntimedPart]:
-        entry = self._groups.pop(key)
-        self._bytes -= len(key)
-        del self._blob_of[entry[0].group_id]
+    def _drop(
+        self, group_id: str
+    ) -> tuple[bytes, ClassicGroup, dict[str, Any], UntimedPart] | None:
+        entry = self._groups.pop(group_id, None)
+        if entry is not None:
+            self._bytes -= len(entry[0])
         return entry
 
     def clear(self) -> None:
         self._groups.clear()
-        self._blob_of.clear()
         self._bytes = 0
 
 
