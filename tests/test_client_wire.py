@@ -472,7 +472,9 @@ def test_a_member_whose_connection_dies_gets_network_exception_and_recovers(
     def broken(*args: Any) -> dict[str, Any]:
         raise ConnectionResetError("the network broke")  # the gateway drops the connection
 
-    # a heartbeat's request, built on the gateway's short way and by the general handler alike
+    # a heartbeat, read where the engine serves it in place, and built on the gateway's short
+    # way and by the general handler alike
+    monkeypatch.setattr(fastpath, "read_heartbeat", broken)
     monkeypatch.setattr(apis, "heartbeat_request", broken)
     assert members.run(lambda: ("heartbeat", "NETWORK_EXCEPTION") in victim.errors())
     monkeypatch.undo()
@@ -614,8 +616,17 @@ def test_an_older_broker_is_spoken_to_at_its_versions(
             seen.add((request[0], request[1]))
         return request
 
+    read_heartbeat = fastpath.read_heartbeat
+
+    def heartbeat_spy(frame: bytes) -> Any:  # a heartbeat the engine serves in place
+        request = read_heartbeat(frame)
+        if request is not None:
+            seen.add((codec.HEARTBEAT, request[0]))
+        return request
+
     monkeypatch.setattr(codec, "decode_request", spy)
     monkeypatch.setattr(fastpath, "read_request", read_spy)
+    monkeypatch.setattr(fastpath, "read_heartbeat", heartbeat_spy)
     group = Members(gateway.port, 2)
     try:
         assert group.run(group.stable), [m.events for m in group.members]

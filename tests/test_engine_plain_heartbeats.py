@@ -5,7 +5,9 @@ member, another group's member, a rebalancing group, static members with and wit
 instance id, every version and odd ones, empty, unknown, unowned and loading groups, a consumer
 group) mixed with joins, syncs, leaves, commits and the clock jumping, two engines, one with the
 plain path and one reading every request through the general field readers and checks, give
-exactly the same answers, records, touched groups, timers and group state."""
+exactly the same answers, records, touched groups, timers and group state. The gateway's way
+(``GroupCoordinator.heartbeat``: a heartbeat as read off the wire, served in place or declined)
+is held to the same."""
 
 from __future__ import annotations
 
@@ -65,19 +67,53 @@ class Pair:
         self.rids = itertools.count(1)
         self.members: dict[str, list[str]] = {g: [] for g in (*GROUP_IDS, *CLASSIC)}
         self.served_plain = 0
+        self.served_in_place = 0
 
     def handle(self, request: dict[str, Any]) -> list[dict[str, Any]]:
         if requests.plain_heartbeat_fields(request) is not None:
             self.served_plain += 1
-        got = self.fast.handle(dict(request), self.now)
+        in_place = self.in_place(request)
         with self.monkeypatch.context() as patch:
             patch.setattr(engine_module, "plain_heartbeat_fields", lambda raw: None)
             patch.setattr(requests, "_plain_heartbeat", lambda raw: None)
             expected = self.general.handle(dict(request), self.now)
-        assert got == expected
+        if in_place is None:
+            got = self.fast.handle(dict(request), self.now)
+            assert got == expected
+        else:  # the heartbeat alone, answered with the general way's error
+            self.served_in_place += 1
+            assert [(a["api"], a["request_id"], a["error_code"]) for a in expected] == [
+                ("heartbeat", request["request_id"], int(in_place))
+            ]
+            got = expected
         self.compare()
         self.learn(got)
         return got
+
+    def in_place(self, request: dict[str, Any]) -> Any:
+        """The gateway's way for a heartbeat as read off the wire
+        (:meth:`GroupCoordinator.heartbeat`): its answer, or None where it declines (the
+        request then goes to :meth:`GroupCoordinator.handle`, as the gateway's does)."""
+        version, request_id = request.get("api_version"), request.get("request_id")
+        if not (
+            request.get("api") == "heartbeat"
+            and type(version) is int
+            and 0 <= version <= 4
+            and type(request_id) is str
+            and request_id.startswith("gw-")  # as the gateway numbers them
+        ):
+            return None
+        group_id, member_id = request.get("group_id"), request.get("member_id")
+        generation, instance = request.get("generation_id"), request.get("group_instance_id")
+        if not (
+            type(group_id) is str
+            and type(member_id) is str
+            and type(generation) is int
+            and -(2**31) <= generation < 2**31
+            and (instance is None or type(instance) is str)
+        ):
+            return None
+        return self.fast.heartbeat(group_id, member_id, generation, self.now, instance)
 
     def advance(self, ms: int) -> None:
         self.now += ms
@@ -267,6 +303,7 @@ def test_plain_heartbeats_are_served_as_the_general_path_serves_them(
         if state is not None:
             event(f"a heartbeat's group went through {state.state.value}")
     event("some heartbeats took the plain path" if pair.served_plain else "none was plain")
+    event("some were served in place" if pair.served_in_place else "none was served in place")
 
 
 def test_an_engine_bug_in_a_plain_heartbeat_is_answered_and_kept_as_the_general_path_does(

@@ -192,6 +192,79 @@ def test_a_corrupt_request_is_read_as_kio_reads_it_or_left_to_kio(data: st.DataO
     assert fast == expected
 
 
+HEARTBEATS = [(k, v) for k, v in SERVED if k == codec.HEARTBEAT]
+
+
+def _heartbeat_fields(frame: bytes) -> tuple[Any, ...] | None:
+    """What :func:`fastpath.read_heartbeat` must give for ``frame``: its fields as
+    :func:`fastpath.read_request` reads them (None: not a Heartbeat it reads)."""
+    read = fastpath.read_request(frame)
+    if read is None or read[0] != codec.HEARTBEAT:
+        return None
+    _, version, correlation_id, _, body = read
+    return (
+        version,
+        correlation_id,
+        body["group_id"],
+        body["generation_id"],
+        body["member_id"],
+        body.get("group_instance_id"),
+    )
+
+
+def _short(text: str | None) -> bool:
+    return text is None or len(text.encode()) < 0x7F
+
+
+@CASES
+@given(st.one_of(requests(), requests(HEARTBEATS)))
+def test_a_heartbeat_is_read_the_short_way_as_read_request_reads_it(
+    case: tuple[int, int, bytes],
+) -> None:
+    """Every Heartbeat frame (of v4: with ids shorter than 127 bytes) is read the short way, to
+    what :func:`fastpath.read_request` (and so kio) reads; any other frame is left to it."""
+    api_key, _, frame = case
+    short = fastpath.read_heartbeat(frame)
+    expected = _heartbeat_fields(frame)
+    if api_key != codec.HEARTBEAT:
+        assert short is None and expected is None
+        return
+    assert expected is not None
+    if expected[0] < 4 or all(_short(text) for text in (expected[2], expected[4], expected[5])):
+        assert short == expected
+    else:  # v4 with an id of 127 bytes or more: a varint length, read the long way
+        assert short is None
+
+
+@CASES
+@given(st.data())
+def test_a_corrupt_heartbeat_is_read_the_short_way_only_as_read_request_reads_it(
+    data: st.DataObject,
+) -> None:
+    _, _, frame = data.draw(requests(HEARTBEATS))
+    corrupt = data.draw(_mutations(frame))
+    short = fastpath.read_heartbeat(corrupt)
+    if short is not None:
+        assert short == _heartbeat_fields(corrupt)
+
+
+@pytest.mark.parametrize("version", [v for _, v in HEARTBEATS])
+def test_a_flexible_heartbeat_with_long_ids_is_left_to_read_request(version: int) -> None:
+    for size in (126, 127, 300):
+        body = {
+            "group_id": "g" * size,
+            "generation_id": 3,
+            "member_id": "m",
+            "group_instance_id": "i" if version >= 3 else None,
+        }
+        frame = codec.encode_request(codec.HEARTBEAT, version, 9, body, client_id="c")[4:]
+        expected = _heartbeat_fields(frame)
+        assert expected == (version, 9, "g" * size, 3, "m", body["group_instance_id"])
+        # v4's compact strings: a varint length from 127 on, read the long way
+        long_way = version >= 4 and size >= 127
+        assert fastpath.read_heartbeat(frame) == (None if long_way else expected)
+
+
 def _with_tagged_field(frame: bytes, tag: int) -> bytes:
     """``frame`` (a flexible request whose body ends with an empty tag buffer) with one
     tagged field of two bytes appended to the top-level tag buffer."""

@@ -9,9 +9,14 @@ fast path does not read)."""
 from __future__ import annotations
 
 import asyncio
+import struct
 from collections.abc import Coroutine
+from pathlib import Path
 from typing import Any
 
+import pytest
+
+from coordinator.config import CoordinatorConfig
 from coordinator.gateway import apis, codec, fastpath
 from coordinator.gateway.connection import Connection
 from coordinator.gateway.embedded import EmbeddedBackend
@@ -22,7 +27,7 @@ from tests.connection_support import connect, run
 from tests.gateway_support import TOPICS
 
 ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, REBALANCE_IN_PROGRESS = 22, 25, 27
-GROUP_AUTHORIZATION_FAILED = 30
+GROUP_AUTHORIZATION_FAILED, FENCED_INSTANCE_ID = 30, 82
 
 
 def _done(coro: Coroutine[Any, Any, bytes | None]) -> bytes | None:
@@ -41,28 +46,31 @@ def _heartbeat(version: int, correlation_id: int, **body: Any) -> bytes:
     return codec.encode_request(codec.HEARTBEAT, version, correlation_id, {**fields, **body})[4:]
 
 
-async def _join(gateway: Gateway, member_id: str = "") -> dict[str, Any]:
+async def _join(
+    gateway: Gateway, member_id: str = "", instance_id: str | None = None
+) -> dict[str, Any]:
     body = {
         "group_id": "g",
         "session_timeout": 10_000,
         "rebalance_timeout": 10_000,
         "member_id": member_id,
-        "group_instance_id": None,
+        "group_instance_id": instance_id,
         "protocol_type": "consumer",
         "protocols": [{"name": "range", "metadata": b"\x00\x01"}],
         "reason": None,
     }
-    return await apis.join_group(gateway._ctx, 3, body, "c", "/127.0.0.1")
+    version = 3 if instance_id is None else 5  # v5: instance ids
+    return await apis.join_group(gateway._ctx, version, body, "c", "/127.0.0.1")
 
 
-async def _stable_member(gateway: Gateway) -> tuple[str, int]:
-    joined = await _join(gateway)
+async def _stable_member(gateway: Gateway, instance_id: str | None = None) -> tuple[str, int]:
+    joined = await _join(gateway, instance_id=instance_id)
     member, generation = joined["member_id"], joined["generation_id"]
     sync = {
         "group_id": "g",
         "generation_id": generation,
         "member_id": member,
-        "group_instance_id": None,
+        "group_instance_id": instance_id,
         "protocol_type": "consumer",
         "protocol_name": "range",
         "assignments": [{"member_id": member, "assignment": b""}],
@@ -175,3 +183,121 @@ def test_upstream_and_pipelining_back_ends_have_no_short_way():
             await gateway.stop()
 
     asyncio.run(main())
+
+
+def _no_general_way(gateway: Gateway, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fail any heartbeat that reaches the back end's general way (its ``answer_now``)."""
+
+    def general(request: dict[str, Any]) -> Any:
+        raise AssertionError(f"went the general way: {request}")
+
+    monkeypatch.setattr(gateway, "answers_now", general)
+
+
+def test_a_member_s_heartbeat_is_served_in_place_by_the_engine(monkeypatch: pytest.MonkeyPatch):
+    """A member in its generation, dynamic or static (with its instance id), at every version:
+    the engine serves the heartbeat in place, without the back end's general way, with the
+    answer the general way gives."""
+
+    async def test(gateway: Gateway) -> None:
+        connection, _ = connect(gateway)
+        static, generation = await _stable_member(gateway, instance_id="i1")
+        low, high = codec.SUPPORTED[codec.HEARTBEAT]
+        for version in range(low, high + 1):
+            body: dict[str, Any] = {"member_id": static, "generation_id": generation}
+            if version >= 3:
+                body["group_instance_id"] = "i1"
+            frame = _heartbeat(version, 40 + version, **body)
+            general = _done(gateway.answer(frame, connection))
+            with monkeypatch.context() as patch:
+                _no_general_way(gateway, patch)
+                short = gateway.heartbeat_now(frame, connection, in_place_only=True)
+            assert short == general
+            assert _error(short, version) == 0
+        # a fenced instance id is not served in place: the general way answers it
+        fenced = _heartbeat(high, 50, member_id="other", group_instance_id="i1")
+        assert gateway.heartbeat_now(fenced, connection, in_place_only=True) is None
+        assert _error(_done(gateway.answer(fenced, connection)), high) == FENCED_INSTANCE_ID
+
+    run(test)
+
+
+def test_a_read_of_one_whole_heartbeat_frame_is_answered_in_one_write(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    """The commonest read of all, one whole Heartbeat frame with nothing before it, is answered
+    from ``data_received`` in one write, as the general way answers it; two frames in one read,
+    or a heartbeat the engine does not serve in place, go the general way, in order."""
+
+    async def test(gateway: Gateway) -> None:
+        connection, transport = connect(gateway)
+        member, generation = await _stable_member(gateway)
+        frame = _heartbeat(4, 11, member_id=member, generation_id=generation)
+        general = _done(gateway.answer(frame, connection))
+        with monkeypatch.context() as patch:
+            _no_general_way(gateway, patch)
+
+            def buffered(*_: Any) -> None:
+                raise AssertionError("went through the connection's general serving")
+
+            patch.setattr(connection, "_serve_buffered", buffered)
+            connection.data_received(struct.pack(">i", len(frame)) + frame)
+        assert transport.answers() == [general[4:]]
+        assert transport.writes == 1 and connection.in_flight == 0
+        # two frames in one read, the second of an unknown member: both answered, in order
+        unknown = _heartbeat(4, 12, member_id="nobody", generation_id=generation)
+        both = b"".join(struct.pack(">i", len(f)) + f for f in (frame, unknown))
+        connection.data_received(both)
+        answers = transport.answers()[1:]
+        assert [codec.decode_response(codec.HEARTBEAT, 4, a)[0] for a in answers] == [11, 12]
+        assert [_error(struct.pack(">i", len(a)) + a, 4) for a in answers] == [0, UNKNOWN_MEMBER_ID]
+        assert transport.writes == 2
+
+    run(test)
+
+
+def test_a_heartbeat_is_not_answered_before_answers_held_for_the_log(tmp_path: Path):
+    """With a log, an answer goes out only once the records of the requests before it are
+    written (and after the answers held for them): a heartbeat that comes while a commit's
+    records are being written is held too, not served in place ahead of the commit's answer."""
+    backend = EmbeddedBackend(
+        CoordinatorConfig(group_initial_rebalance_delay_ms=0), tmp_path / "wh"
+    )
+
+    async def test(gateway: Gateway) -> None:
+        connection, _ = connect(gateway)
+        member, generation = await _stable_member(gateway)
+        commit = {
+            "group_id": "g",
+            "generation_id_or_member_epoch": generation,
+            "member_id": member,
+            "group_instance_id": None,
+            "topics": [
+                {
+                    "name": "t",
+                    "partitions": [
+                        {"partition_index": 0, "committed_offset": 5, "committed_metadata": ""}
+                    ],
+                }
+            ],
+        }
+        committing = asyncio.ensure_future(apis.offset_commit(gateway._ctx, 8, commit))
+        answered: list[str] = []
+        committing.add_done_callback(lambda _: answered.append("commit"))
+        for _ in range(1000):  # until the engine has served it: its record waits for the log
+            if backend._pending_records:
+                break
+            await asyncio.sleep(0)
+        assert backend._pending_records and not committing.done()
+        frame = _heartbeat(4, 21, member_id=member, generation_id=generation)
+        made = gateway.heartbeat_now(frame, connection)
+        assert made is not None and not isinstance(made, bytes)  # held, not served in place
+        beat = asyncio.ensure_future(made)
+        beat.add_done_callback(lambda _: answered.append("heartbeat"))
+        await asyncio.wait_for(asyncio.gather(committing, beat), 30)
+        assert answered == ["commit", "heartbeat"]
+        assert _error(beat.result(), 4) == 0
+        # once written, the next heartbeat is served in place again
+        assert isinstance(gateway.heartbeat_now(frame, connection, in_place_only=True), bytes)
+
+    run(test, backend=backend)

@@ -54,6 +54,7 @@ from coordinator.engine import CoordinatorNode, GroupCoordinator
 from coordinator.errors import Error
 from coordinator.gateway.backend import cannot_serve
 from coordinator.log.partitioning import partition_for
+from coordinator.requests import response
 from coordinator.stream.client import wall_clock_ms
 from coordinator.stream.ownership import (
     DEFAULT_LEASE_TIMEOUT_MS,
@@ -305,6 +306,28 @@ class EmbeddedBackend:
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._waiting[key] = (request, future)
         return self._awaited(key, future)
+
+    def heartbeat_now(
+        self, group_id: str, member_id: str, generation_id: int, instance_id: str | None = None
+    ) -> Error | None:
+        """The answer to a heartbeat when the engine serves it in place
+        (:meth:`coordinator.engine.GroupCoordinator.heartbeat`: a member of a classic group in
+        its generation) and nothing is held for the log (an answer goes out only after those
+        held before it); None, having done nothing, for anything else, which
+        :meth:`answer_now` then serves. What :meth:`answer_now` does with it, without the
+        request and response dicts: the group is marked for its summary and counted in the
+        metrics as any engine call's."""
+        if self.lost is not None or self._loading or self._pending_records:
+            return None
+        error = self.engine.heartbeat(
+            group_id, member_id, generation_id, wall_clock_ms(), instance_id
+        )
+        if error is None:
+            return None
+        if self.metrics is not None or (self._sink is not None and group_id not in self._dirty):
+            self._emit([response("heartbeat", None, group_id, error)])
+        self._wake_if_sooner()
+        return error
 
     async def _awaited(self, key: str, future: asyncio.Future[dict[str, Any]]) -> dict[str, Any]:
         try:

@@ -151,8 +151,11 @@ class Gateway:
         #: The back end's ``answer_now`` once ready, when a heartbeat may skip the general
         #: dispatch (:meth:`heartbeat_now`): the embedded engine, not upstream mode.
         self.answers_now: Callable[[dict[str, Any]], Any] | None = None
-        #: (version, error code) -> the framed Heartbeat response, correlation id 0
-        self._heartbeat_frames: dict[tuple[int, int], bytes] = {}
+        #: The back end's ``heartbeat_now`` (with ``answers_now``): a heartbeat its engine
+        #: serves in place, with no request dict (:meth:`heartbeat_now`).
+        self._heartbeat_in_place: Callable[[str, str, int, str | None], int | None] | None = None
+        #: (version, error code) -> the framed Heartbeat response around its correlation id
+        self._heartbeat_frames: dict[tuple[int, int], tuple[bytes, bytes]] = {}
         #: the listeners of ``listeners`` after the main one, and their ports once listening
         self._other_servers: list[asyncio.Server] = []
         self.listener_ports: dict[str, int] = {}
@@ -205,6 +208,8 @@ class Gateway:
         self._ctx.submit = self._hand if self.pipelines else self.backend.submit
         if self.upstream is None and not self.pipelines:
             self.answers_now = getattr(self.backend, "answer_now", None)
+            if self.answers_now is not None:
+                self._heartbeat_in_place = getattr(self.backend, "heartbeat_now", None)
         self.ready = True
 
     def set_brokers(self, brokers: list[tuple[int, str, int]]) -> None:
@@ -354,13 +359,18 @@ class Gateway:
             metrics.answered(request.api_key, answer, time.perf_counter() - started)
         return response
 
-    def heartbeat_now(self, frame: bytes, connection: Connection) -> bytes | Answer | None:
+    def heartbeat_now(
+        self, frame: bytes, connection: Connection, in_place_only: bool = False
+    ) -> bytes | Answer | None:
         """A Heartbeat frame served the short way, as :meth:`answer` serves it: its framed
         answer when the back end gives it at once, a coroutine for it when it waits; None,
         having done nothing, for any frame this does not serve (another API, a frame the fast
         path does not read or the fast path off, a session not authenticated, a principal the
-        ACLs deny), which
-        :meth:`answer` then serves. Only with :attr:`answers_now`."""
+        ACLs deny), which :meth:`answer` then serves. Only with :attr:`answers_now`.
+
+        ``in_place_only``: only a heartbeat the back end's engine serves in place (its
+        ``heartbeat_now``: a member in its generation), else None, having done nothing; never a
+        coroutine (a connection's read with nothing else to do, :mod:`~.connection`)."""
         answer_now = self.answers_now
         session = connection.session
         if answer_now is None or session is None or not session.authenticated:
@@ -368,12 +378,33 @@ class Gateway:
         if not fastpath.enabled:  # kio reads and writes every message (to measure the codec)
             return None
         started = time.perf_counter() if self.metrics is not None else 0.0
-        read = fastpath.read_request(frame)
-        if read is None or read[0] != codec.HEARTBEAT:
-            return None
-        _, version, correlation_id, _, body = read
-        if not session.authorize(enforce.READ, enforce.GROUP, body["group_id"]):
-            return None  # denied: the general way answers it
+        in_place = self._heartbeat_in_place
+        short = None if in_place is None else fastpath.read_heartbeat(frame)
+        body: dict[str, Any]
+        if short is not None and in_place is not None:
+            version, correlation_id, group_id, generation_id, member_id, instance_id = short
+            if not session.authorize(enforce.READ, enforce.GROUP, group_id):
+                return None  # denied: the general way answers it
+            error = in_place(group_id, member_id, generation_id, instance_id)
+            if error is not None:
+                return self._heartbeat_frame(version, correlation_id, error, started)
+            if in_place_only:
+                return None
+            body = {
+                "group_id": group_id,
+                "generation_id": generation_id,
+                "member_id": member_id,
+                "group_instance_id": instance_id,
+            }
+        else:
+            if in_place_only:
+                return None
+            read = fastpath.read_request(frame)
+            if read is None or read[0] != codec.HEARTBEAT:
+                return None
+            _, version, correlation_id, _, body = read
+            if not session.authorize(enforce.READ, enforce.GROUP, body["group_id"]):
+                return None  # denied: the general way answers it
         made = answer_now(apis.heartbeat_request(self._ctx, version, body))
         if isinstance(made, dict):
             return self._heartbeat_answered(version, correlation_id, made, started)
@@ -387,17 +418,22 @@ class Gateway:
     def _heartbeat_answered(
         self, version: int, correlation_id: int, made: dict[str, Any], started: float
     ) -> bytes:
-        answer = apis.heartbeat_answer(made)
-        error = answer["error_code"]
+        return self._heartbeat_frame(version, correlation_id, made["error_code"], started)
+
+    def _heartbeat_frame(
+        self, version: int, correlation_id: int, error: int, started: float
+    ) -> bytes:
+        """The framed Heartbeat response with ``error``: the one kio wrote for this version and
+        error, kept, with the correlation id put in."""
         framed = self._heartbeat_frames.get((version, error))
         if framed is None:
-            framed = codec.encode_response(codec.HEARTBEAT, version, 0, answer)
-            self._heartbeat_frames[version, error] = framed
-        response = bytearray(framed)
-        _CORRELATION.pack_into(response, 4, correlation_id)
+            answer = apis.heartbeat_answer({"error_code": error})
+            whole = codec.encode_response(codec.HEARTBEAT, version, 0, answer)
+            framed = self._heartbeat_frames[version, error] = (whole[:4], whole[8:])
         if self.metrics is not None:
+            answer = apis.heartbeat_answer({"error_code": error})
             self.metrics.answered(codec.HEARTBEAT, answer, time.perf_counter() - started)
-        return bytes(response)
+        return framed[0] + _CORRELATION.pack(correlation_id) + framed[1]
 
 
 _CORRELATION = struct.Struct(">i")
