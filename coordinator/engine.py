@@ -417,7 +417,7 @@ class GroupCoordinator:
 
         For the gateway's commonest request
         (:meth:`coordinator.gateway.embedded.EmbeddedBackend.heartbeat_now`): the general way
-        (request dict, step context, response dict) costs about three times as much."""
+        (request dict, step context, response dict) costs two to three times as much."""
         now = now_ms if now_ms > self._now else self._now
         heap = self._timer_heap
         if heap and heap[0][0] <= now:
