@@ -416,8 +416,8 @@ class GroupCoordinator:
         and every timer stays the same.
 
         For the gateway's commonest request
-        (:meth:`coordinator.gateway.embedded.EmbeddedBackend.heartbeat_now`): the general way
-        (request dict, step context, response dict) costs two to three times as much."""
+        (:meth:`coordinator.gateway.embedded.EmbeddedBackend.heartbeat_in_place`): the general
+        way (request dict, step context, response dict) costs two to three times as much."""
         now = now_ms if now_ms > self._now else self._now
         heap = self._timer_heap
         if heap and heap[0][0] <= now:

@@ -307,7 +307,7 @@ class EmbeddedBackend:
         self._waiting[key] = (request, future)
         return self._awaited(key, future)
 
-    def heartbeat_now(
+    def heartbeat_in_place(
         self, group_id: str, member_id: str, generation_id: int, instance_id: str | None = None
     ) -> Error | None:
         """The answer to a heartbeat when the engine serves it in place

@@ -151,7 +151,7 @@ class Gateway:
         #: The back end's ``answer_now`` once ready, when a heartbeat may skip the general
         #: dispatch (:meth:`heartbeat_now`): the embedded engine, not upstream mode.
         self.answers_now: Callable[[dict[str, Any]], Any] | None = None
-        #: The back end's ``heartbeat_now`` (with ``answers_now``): a heartbeat its engine
+        #: The back end's ``heartbeat_in_place`` (with ``answers_now``): a heartbeat its engine
         #: serves in place, with no request dict (:meth:`heartbeat_now`).
         self._heartbeat_in_place: Callable[[str, str, int, str | None], int | None] | None = None
         #: (version, error code) -> the framed Heartbeat response around its correlation id
@@ -209,7 +209,7 @@ class Gateway:
         if self.upstream is None and not self.pipelines:
             self.answers_now = getattr(self.backend, "answer_now", None)
             if self.answers_now is not None:
-                self._heartbeat_in_place = getattr(self.backend, "heartbeat_now", None)
+                self._heartbeat_in_place = getattr(self.backend, "heartbeat_in_place", None)
         self.ready = True
 
     def set_brokers(self, brokers: list[tuple[int, str, int]]) -> None:
@@ -369,8 +369,8 @@ class Gateway:
         ACLs deny), which :meth:`answer` then serves. Only with :attr:`answers_now`.
 
         ``in_place_only``: only a heartbeat the back end's engine serves in place (its
-        ``heartbeat_now``: a member in its generation), else None, having done nothing; never a
-        coroutine (a connection's read with nothing else to do, :mod:`~.connection`)."""
+        ``heartbeat_in_place``: a member in its generation), else None, having done nothing;
+        never a coroutine (a connection's read with nothing else to do, :mod:`~.connection`)."""
         answer_now = self.answers_now
         session = connection.session
         if answer_now is None or session is None or not session.authenticated:
