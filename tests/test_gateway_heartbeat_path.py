@@ -4,7 +4,9 @@ byte as the general dispatch does (``Gateway.answer``), on the same engine and a
 every version, a member in and out of its generation, unknown members and groups, a static
 member's instance id, an empty group id, a group rebalancing; and it leaves to the general way
 what it does not serve (a session not authenticated yet, a principal the ACLs deny, a frame the
-fast path does not read)."""
+fast path does not read). A member's heartbeat in its generation is served in place by the
+engine (``EmbeddedBackend.heartbeat_in_place``), never ahead of answers held for the log, and a
+read of one whole Heartbeat frame is answered from the connection's ``data_received``."""
 
 from __future__ import annotations
 
