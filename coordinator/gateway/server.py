@@ -380,7 +380,6 @@ class Gateway:
         started = time.perf_counter() if self.metrics is not None else 0.0
         in_place = self._heartbeat_in_place
         short = None if in_place is None else fastpath.read_heartbeat(frame)
-        body: dict[str, Any]
         if short is not None and in_place is not None:
             version, correlation_id, group_id, generation_id, member_id, instance_id = short
             if not session.authorize(enforce.READ, enforce.GROUP, group_id):
@@ -388,8 +387,11 @@ class Gateway:
             error = in_place(group_id, member_id, generation_id, instance_id)
             if error is not None:
                 return self._heartbeat_frame(version, correlation_id, error, started)
-            if in_place_only:
-                return None
+        if in_place_only:
+            return None
+        body: dict[str, Any]
+        if short is not None:
+            version, correlation_id, group_id, generation_id, member_id, instance_id = short
             body = {
                 "group_id": group_id,
                 "generation_id": generation_id,
@@ -397,8 +399,6 @@ class Gateway:
                 "group_instance_id": instance_id,
             }
         else:
-            if in_place_only:
-                return None
             read = fastpath.read_request(frame)
             if read is None or read[0] != codec.HEARTBEAT:
                 return None
@@ -407,18 +407,14 @@ class Gateway:
                 return None  # denied: the general way answers it
         made = answer_now(apis.heartbeat_request(self._ctx, version, body))
         if isinstance(made, dict):
-            return self._heartbeat_answered(version, correlation_id, made, started)
+            return self._heartbeat_frame(version, correlation_id, made["error_code"], started)
         return self._heartbeat_later(version, correlation_id, made, started)
 
     async def _heartbeat_later(
         self, version: int, correlation_id: int, made: Awaitable[dict[str, Any]], started: float
     ) -> bytes:
-        return self._heartbeat_answered(version, correlation_id, await made, started)
-
-    def _heartbeat_answered(
-        self, version: int, correlation_id: int, made: dict[str, Any], started: float
-    ) -> bytes:
-        return self._heartbeat_frame(version, correlation_id, made["error_code"], started)
+        answer = await made
+        return self._heartbeat_frame(version, correlation_id, answer["error_code"], started)
 
     def _heartbeat_frame(
         self, version: int, correlation_id: int, error: int, started: float

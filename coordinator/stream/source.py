@@ -577,8 +577,12 @@ class InboxDataSource(DataSource):
     def name(cls) -> str:
         return SOURCE_NAME
 
+    def _lines(self) -> bool:
+        """The ``lines`` option: one row per line rather than per file."""
+        return str(self.options.get("lines", "false")).lower() == "true"
+
     def schema(self) -> str:
-        if self.options.get("lines", "false").lower() != "true":
+        if not self._lines():
             return SOURCE_SCHEMA
         from coordinator.stream import lines
 
@@ -598,7 +602,7 @@ class InboxDataSource(DataSource):
             int(options.get("maxFilesPerTrigger", 1000)),
             Path(initial) if initial else None,
             read_tasks=int(options.get("readTasks", 1)),
-            lines=options.get("lines", "false").lower() == "true",
+            lines=self._lines(),
             shards=int(options["shards"]) if options.get("shards") else None,
         )
 
