@@ -685,4 +685,7 @@ def test_the_operator_profile_runs_the_shard_function_over_stable_groups():
     # Sampled by CPU time too (every platform the suite runs on has setitimer).
     assert set(result["stages_us_per_request_sampled"]) == set(operator_bench.STAGES)
     assert result["cpu_samples"] > 0 and result["top_sampled_lines"]
-    assert "us CPU per request" in operator_bench.format_report(result)
+    # PySpark's serializer, run over the function's output frames as the worker runs it.
+    assert result["us_per_request_serializer"] > 0
+    report = operator_bench.format_report(result)
+    assert "us CPU per request" in report and "PySpark's serializer" in report

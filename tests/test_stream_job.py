@@ -397,6 +397,39 @@ def test_kafka_partition_expression_matches_partition_for(spark):
         assert {r.g: r.p for r in rows} == {n: partition_for(n, partitions) for n in names}
 
 
+def test_balanced_shard_keys_reach_the_tasks_spark_deals_them_to(spark):
+    """Both ways of keying a line (the JVM's with_shard and the source's lines) give its
+    partition's key, and Spark's own shuffle sends each partition to task p mod shards."""
+    from coordinator.stream import lines
+    from coordinator.stream.settings import load_settings, spark_shard_keys
+
+    names = [f"group-{i}" for i in range(400)]
+    for shards in (2, 3):
+        settings = load_settings([], shards=shards)
+        keys = spark_shard_keys(settings)
+        frame = spark.createDataFrame([(n,) for n in names], "group_id string")
+        keyed = job.with_shard(frame, settings)
+        placed = keyed.repartition(shards, "shard").selectExpr(
+            "group_id", "shard", "spark_partition_id() AS task"
+        )
+        rows = placed.collect()
+        assert {r.group_id: r.shard for r in rows} == {n: keys[partition_for(n, 50)] for n in names}
+        assert {r.group_id: r.task for r in rows} == {
+            n: partition_for(n, 50) % shards for n in names
+        }
+        text = "".join(json.dumps({"group_id": n}) + "\n" for n in names).encode()
+        batch = lines.line_batch(["f"], [text], 50, keys)
+        assert batch.column("shard").to_pylist() == [
+            r.shard for r in sorted(rows, key=lambda r: names.index(r.group_id))
+        ]
+    # The hash that picks the keys is Spark's own.
+    from coordinator.stream.shard_keys import spark_hash_int
+
+    ints = [*range(-5, 60), 2**31 - 1, -(2**31)]
+    got = spark.createDataFrame([(i,) for i in ints], "k int").selectExpr("k", "hash(k) AS h")
+    assert {r.k: r.h for r in got.collect()} == {i: spark_hash_int(i) for i in ints}
+
+
 def test_inbox_files_split_into_the_lines_of_a_crlf_or_lf_split(spark):
     """A file's lines are those of a split at "\r?\n": each line's "\r" before its "\n" is not
     part of it, a final "\r" that no "\n" follows is, blank lines (spaces only) are skipped,

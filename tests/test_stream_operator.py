@@ -17,7 +17,10 @@ from coordinator.stream.settings import (
     CONF_DIR,
     JobSettings,
     checkpoint_identity,
+    identity_path,
     load_settings,
+    spark_shard_keys,
+    with_checkpoint_layout,
 )
 from coordinator.stream.source import batch_horizon, sequenced_name
 
@@ -196,6 +199,42 @@ def test_the_checkpoint_pins_shards_state_key_and_partitions(tmp_path):
         checkpoint_identity(load_settings([], warehouse=str(tmp_path / "grouped")))
     other = load_settings([], warehouse=str(tmp_path / "other"))
     assert checkpoint_identity(other).app_id != first.app_id
+
+
+def test_the_checkpoint_pins_its_shard_layout_and_an_older_one_keeps_the_partitions(tmp_path):
+    settings = load_settings([], warehouse=str(tmp_path))
+    made = checkpoint_identity(settings)
+    assert made.shard_layout == "balanced"  # the default
+    partitioned = load_settings([], warehouse=str(tmp_path), state_shard_layout="partition")
+    with pytest.raises(ValueError, match="state_shard_layout"):
+        checkpoint_identity(partitioned)
+    # A coordinator.json written before the setting: its keys stay the partition numbers.
+    old = load_settings([], warehouse=str(tmp_path / "old"))
+    path = identity_path(old)
+    checkpoint_identity(old)
+    stored = json.loads(path.read_text())
+    del stored["state_shard_layout"]
+    path.write_text(json.dumps(stored))
+    identity = checkpoint_identity(old)  # no error: the default does not fight the checkpoint
+    assert identity.shard_layout == "partition"
+    adopted = with_checkpoint_layout(old, identity)
+    assert adopted.job.state_shard_layout == "partition"
+    assert spark_shard_keys(adopted) == tuple(range(50))
+    with pytest.raises(ValueError, match=r"job\.state\.shard\.layout"):
+        load_settings([], state_shard_layout="spread")
+
+
+def test_balanced_shard_keys_deal_the_partitions_round_robin():
+    from coordinator.stream.shard_keys import balanced_keys, shard_keys, spark_task
+
+    # Spark's tasks for the keys 0..9 on 2 tasks, and the deal of 50 partitions by number.
+    assert [spark_task(k, 2) for k in range(10)] == [1, 1, 0, 1, 0, 0, 1, 1, 1, 1]
+    assert sum(spark_task(p, 2) == 0 for p in range(50)) == 19
+    for partitions, shards in ((50, 2), (50, 3), (7, 4), (1, 1), (100, 8)):
+        keys = balanced_keys(partitions, shards)
+        assert len(set(keys)) == partitions and min(keys) >= 0
+        assert [spark_task(k, shards) for k in keys] == [p % shards for p in range(partitions)]
+    assert shard_keys("partition", 5, 2) == (0, 1, 2, 3, 4)
 
 
 def test_set_pairs_are_routed_like_a_settings_file():
@@ -491,3 +530,29 @@ def test_a_batch_missing_from_the_offset_log_arms_timers_from_its_clock(tmp_path
         outcome = op.run_group(operator_settings, "g", None, lines([join("j1")]), 1_000)
         assert decode_group(outcome.blob).undelivered is None
         assert outcome.deadline_ms == 1_000 + 10_000
+
+
+def test_the_output_frame_holds_the_rows_and_gives_only_records_a_key_and_value():
+    import pyarrow as pa
+
+    from coordinator.stream.datafiles import OPERATOR_SCHEMA
+
+    first = op.run_group(SETTINGS, "g", None, lines([commit("c1", 5)]), 1_000)
+    # Deleting the group writes a tombstone: a record whose value is None.
+    delete = json.dumps({"api": "delete_groups", "request_id": "d", "group_id": "g"})
+    second = op.run_group(SETTINGS, "g", first.blob, lines([delete]), 2_000)
+    rows = first.rows + second.rows
+    kinds = {row[0] for row in rows}
+    assert {op.RESPONSE, op.RECORD, op.GROUP} <= kinds, kinds
+    assert any(row[0] == op.RECORD and row[5] is None for row in rows), "no tombstone"
+    frame = op.output_frame(rows)
+    assert list(frame.columns) == list(op.OUTPUT_COLUMNS)
+    table = pa.Table.from_pandas(frame, schema=OPERATOR_SCHEMA, preserve_index=False)
+    for row, got in zip(rows, table.to_pylist(), strict=True):
+        want = dict(zip(op.OUTPUT_COLUMNS, row, strict=True))
+        if row[0] != op.RECORD:  # the sink reads the key and value of records only
+            assert (got["key"], got["value"]) == (b"", b"")
+            want["key"] = want["value"] = b""
+        assert got == want
+    empty = op.output_frame([])
+    assert list(empty.columns) == list(op.OUTPUT_COLUMNS) and len(empty) == 0

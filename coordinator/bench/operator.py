@@ -19,6 +19,7 @@ job.
 from __future__ import annotations
 
 import cProfile
+import io
 import json
 import pstats
 import signal
@@ -45,7 +46,7 @@ STAGES = {
     "engine step (requests -> answers, records)": ("step.py", ("step",)),
     "group summary (before and after)": ("operator.py", ("group_summary",)),
     "answers to JSON": ("jsonio.py", ("dumps", "dumps_response")),
-    "output rows -> pandas frame": ("operator.py", ("_frame",)),
+    "output rows -> pandas frame": ("operator.py", ("output_frame",)),
 }
 
 
@@ -211,6 +212,7 @@ def _measured(
     profile = cProfile.Profile()
     requests = 0
     rows = 0
+    outputs: list[list[Any]] = []
     started = time.process_time()
     for b in range(options.batches):
         on_worker(b)
@@ -221,6 +223,7 @@ def _measured(
         blob = state.updated if state.updated is not None else blob
         requests += members
         rows += sum(len(frame) for frame in out)
+        outputs.append(out)
     cpu_s = time.process_time() - started
     stats = pstats.Stats(profile)
     per_request = 1e6 / requests
@@ -258,6 +261,7 @@ def _measured(
             leaves[f"{path.rsplit('/', 1)[-1]}:{line}({fn})"] += 1
     total = sum(tt for (_, _, _), (_, _, tt, _, _) in raw.items())
     top = sorted(raw.items(), key=lambda item: -item[1][2])[:15]
+    serializer_s = _serializer_seconds(outputs)
     return {
         "options": options.__dict__,
         "requests": requests,
@@ -265,6 +269,9 @@ def _measured(
         "us_per_request_profiled": round(total * per_request, 2),
         "us_per_request_cpu": round(cpu_s * per_request, 2),
         "us_per_request_cpu_unprofiled": round(plain_cpu_s * per_request, 2),
+        "us_per_request_serializer": None
+        if serializer_s is None
+        else round(serializer_s * per_request, 2),
         "stages_us_per_request": stages,
         "cpu_samples": len(samples),
         "us_per_request_cpu_sampled": round(sampled_cpu_s * per_request, 2),
@@ -282,6 +289,73 @@ def _measured(
             for (path, line, fn), (_, nc, tt, _, _) in top
         ],
     }
+
+
+def _serializer_seconds(outputs: list[list[Any]]) -> float | None:
+    """CPU seconds PySpark's own serializer for ``applyInPandasWithState``
+    (``ApplyInPandasWithStateSerializer.dump_stream``) takes to turn the state function's
+    output frames, one key's call per batch, into the Arrow stream its worker sends the JVM:
+    the pandas concatenation with its padding frames and the conversion to Arrow, which the
+    Python worker pays beside the function. The best of three runs; None without PySpark."""
+    try:
+        from pyspark.sql.pandas.serializers import ApplyInPandasWithStateSerializer
+        from pyspark.sql.streaming.state import GroupState, GroupStateTimeout
+        from pyspark.sql.types import (
+            BinaryType,
+            IntegerType,
+            LongType,
+            StringType,
+            StructField,
+            StructType,
+        )
+    except ImportError:  # pragma: no cover - pyspark is a dependency
+        return None
+    types = {"string": StringType(), "int": IntegerType(), "long": LongType()}
+    types["binary"] = BinaryType()
+    fields = [part.split() for part in operator.OUTPUT_DDL.split(", ")]
+    output_type = StructType([StructField(name, types[kind]) for name, kind in fields])
+    state_type = StructType([StructField("blob", BinaryType())])
+    # PySpark's classes are untyped (Any, for mypy).
+    serializer_class: Any = ApplyInPandasWithStateSerializer
+    state_class: Any = GroupState
+    serializer = serializer_class(
+        timezone="UTC",
+        safecheck=False,
+        assign_cols_by_name=True,
+        prefer_int_ext_dtype=False,
+        state_object_schema=state_type,
+        arrow_max_records_per_batch=10_000,  # Spark's default
+        prefers_large_var_types=False,
+        int_to_decimal_coercion_enabled=False,
+    )
+
+    def calls() -> Iterator[Any]:
+        for frames in outputs:
+            state = state_class(
+                optionalValue=None,
+                batchProcessingTimeMs=0,
+                eventTimeWatermarkMs=-1,
+                timeoutConf=GroupStateTimeout.ProcessingTimeTimeout,
+                hasTimedOut=False,
+                watermarkPresent=False,
+                defined=False,
+                updated=False,
+                removed=False,
+                timeoutTimestamp=-1,
+                keyAsUnsafe=b"",
+                valueSchema=state_type,
+            )
+            state.update((b"state",))
+            # As the worker's mapper packages one call: ((frames, state), the output type).
+            yield [((iter(frames), state), output_type)]
+
+    best = None
+    for _ in range(3):
+        started = time.process_time()
+        serializer.dump_stream(calls(), io.BytesIO())
+        spent = time.process_time() - started
+        best = spent if best is None else min(best, spent)
+    return best
 
 
 #: CPU time between two samples of the state function's stack (the kernel rounds it up to
@@ -329,8 +403,14 @@ def format_report(result: dict[str, Any]) -> str:
         f"  the state function: {result['us_per_request_cpu_unprofiled']:.1f} us CPU per request;"
         f" under the profiler {result['us_per_request_cpu']:.1f} us CPU"
         f" ({result['us_per_request_profiled']:.1f} us by its clock)",
-        "",
     ]
+    if result["us_per_request_serializer"] is not None:
+        lines.append(
+            f"  PySpark's serializer (ApplyInPandasWithStateSerializer.dump_stream of the output"
+            f" frames to Arrow), beside it: {result['us_per_request_serializer']:.1f} us CPU"
+            " per request"
+        )
+    lines.append("")
     if result["stages_us_per_request_sampled"]:
         lines += [
             f"  stage (share of {result['cpu_samples']:,} CPU samples x the sampled run's"

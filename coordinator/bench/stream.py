@@ -283,9 +283,7 @@ def floor_function(key: tuple[Any, ...], frames: Iterator[Any], state: Any) -> I
     state.update((b"",))
     state.setTimeoutDuration(FLOOR_TIMEOUT_MS)
     if rows:
-        import pandas as pd
-
-        yield pd.DataFrame.from_records(rows, columns=operator.OUTPUT_COLUMNS)
+        yield operator.output_frame(rows)
 
 
 def floor_stream(spark: Any, settings: Settings, opsettings: operator.OperatorSettings) -> Any:
@@ -311,11 +309,9 @@ def floor_stream(spark: Any, settings: Settings, opsettings: operator.OperatorSe
 def stateless_function(frames: Iterator[Any]) -> Iterator[Any]:
     """The stateless floor's ``mapInPandas`` function: every line answered NONE (its workers'
     collector set as the job's are)."""
-    import pandas as pd
-
     worker_gc.tune_gc()
     rows = _answer_none(frames, int(time.time() * 1000))
-    yield pd.DataFrame.from_records(rows, columns=operator.OUTPUT_COLUMNS)
+    yield operator.output_frame(rows)
 
 
 def stateless_stream(spark: Any, settings: Settings, opsettings: operator.OperatorSettings) -> Any:

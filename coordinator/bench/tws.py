@@ -124,7 +124,7 @@ class CoordinatorProcessor(StatefulProcessor):
         if new_deadline is not None and new_deadline != old_deadline:
             self.handle.registerTimer(new_deadline)
         if outcome.rows:
-            return iter((operator._frame(outcome.rows),))
+            return iter((operator.output_frame(outcome.rows),))
         return iter(())
 
 

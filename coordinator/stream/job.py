@@ -47,7 +47,9 @@ from coordinator.stream.settings import (
     CONF_DIR,
     CheckpointIdentity,
     Settings,
+    spark_shard_keys,
     state_store_confs,
+    with_checkpoint_layout,
 )
 from coordinator.stream.sink import BatchReport, DeltaSink, Housekeeping
 
@@ -193,6 +195,8 @@ def inbox_stream(spark: Any, settings: Settings) -> Any:
         reader = reader.option("lines", "true")
         if job.state_key == operator.SHARD_KEY:
             reader = reader.option("shards", settings.coordinator.offsets_topic_num_partitions)
+            keys = spark_shard_keys(settings)
+            reader = reader.option("shardKeys", ",".join(map(str, keys)))
         return reader.load(str(paths.inbox))
     files = reader.load(str(paths.inbox)).select(
         # The bytes as they are: a cast to string checks nothing, file_lines does.
@@ -267,14 +271,20 @@ def coordinator_stream(
 
 
 def with_shard(lines: Any, settings: Settings) -> Any:
-    """Inbox rows with their ``shard`` column (the group id's offsets partition), unless the
-    source gave it (``job.source.lines=python``)."""
+    """Inbox rows with their ``shard`` column (the Spark key of the group id's offsets
+    partition, :mod:`coordinator.stream.shard_keys`), unless the source gave it
+    (``job.source.lines=python``)."""
     from pyspark.sql import functions as F
 
     if "shard" in lines.columns:
         return lines
     partitions = settings.coordinator.offsets_topic_num_partitions
-    return lines.withColumn("shard", F.expr(kafka_partition_expr("group_id", partitions)))
+    partition = kafka_partition_expr("group_id", partitions)
+    keys = spark_shard_keys(settings)
+    if keys == tuple(range(partitions)):
+        return lines.withColumn("shard", F.expr(partition))
+    listed = ", ".join(map(str, keys))
+    return lines.withColumn("shard", F.expr(f"element_at(array({listed}), {partition} + 1)"))
 
 
 def keyed_operator(lines: Any, settings: Settings, opsettings: operator.OperatorSettings) -> Any:
@@ -1026,6 +1036,7 @@ def start(
     owner = owner or take_ownership(settings)
     try:
         identity, rebuilt = rebuild.prepare_checkpoint(settings, rebuild_from_log, owner)
+        settings = with_checkpoint_layout(settings, identity)
         owner.check()
         sink = batch_sink(settings, identity, after_write, owner)
         seed_topics(settings)

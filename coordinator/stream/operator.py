@@ -970,10 +970,45 @@ def _flags(frame: Any, column: str, count: int) -> list[bool]:
     return list(map(bool, frame[column].tolist()))
 
 
-def _frame(rows: list[tuple[Any, ...]]) -> Any:
+def output_frame(rows: list[tuple[Any, ...]]) -> Any:
+    """Output rows (tuples of :data:`OUTPUT_COLUMNS`) as the pandas frame the state function
+    yields, built column by column (half the cost of ``DataFrame.from_records``).
+
+    A row that is not a log record carries empty bytes as its ``key`` and ``value``, not None
+    (the sink reads the key and value of records only; a record's value stays None for a
+    tombstone). PySpark's serializer concatenates a task's frames with a padding frame of None
+    columns, and for a column that is all None, pandas then tests every value in Python to pick
+    its fill: about 0.7 µs a row for these two columns, a sixth of PySpark's cost per output row
+    (``coordinator bench operator``, "PySpark's serializer")."""
+    import numpy as np
     import pandas as pd
 
-    return pd.DataFrame.from_records(rows, columns=OUTPUT_COLUMNS)
+    if not rows:
+        return pd.DataFrame({name: [] for name in OUTPUT_COLUMNS})
+    kinds, group_ids, seqs, partitions, keys, values, stamps, bodies = zip(*rows, strict=True)
+    if None in keys:
+        keys = tuple(_placeholder(kinds, keys))
+    if None in values:
+        values = tuple(_placeholder(kinds, values))
+    return pd.DataFrame(
+        {
+            "kind": np.array(kinds, dtype=object),
+            "group_id": np.array(group_ids, dtype=object),
+            "seq": np.array(seqs, dtype=np.int32),
+            "offsets_partition": np.array(partitions, dtype=np.int32),
+            "key": np.array(keys, dtype=object),
+            "value": np.array(values, dtype=object),
+            "timestamp_ms": np.array(stamps, dtype=np.int64),
+            "body": np.array(bodies, dtype=object),
+        },
+        copy=False,
+    )
+
+
+def _placeholder(kinds: tuple[str, ...], column: tuple[Any, ...]) -> Iterator[Any]:
+    """A key or value column with empty bytes for the None of every row but a record's."""
+    for kind, item in zip(kinds, column, strict=True):
+        yield b"" if item is None and kind != RECORD else item
 
 
 def _report(errors: list[str], warnings: Iterable[str] = ()) -> None:
@@ -1024,7 +1059,7 @@ def group_function(settings: OperatorSettings) -> Any:
             state.update((outcome.blob,))
             _set_deadline(state, outcome.deadline_ms, now)
         if outcome.rows:
-            yield _frame(outcome.rows)
+            yield output_frame(outcome.rows)
 
     return apply
 
@@ -1045,6 +1080,6 @@ def shard_function(settings: OperatorSettings) -> Any:
             state.update((encode_shard(outcome.state),))
             _set_deadline(state, outcome.deadline_ms, now)
         if outcome.rows:
-            yield _frame(outcome.rows)
+            yield output_frame(outcome.rows)
 
     return apply

@@ -28,6 +28,7 @@ from typing import Any
 
 from coordinator.cli.settings import read_properties
 from coordinator.config import CoordinatorConfig
+from coordinator.stream import shard_keys
 from coordinator.stream.datafiles import SINK_WRITES
 from coordinator.stream.operator import KEY_MODES
 from coordinator.stream.retention import Retention
@@ -76,6 +77,11 @@ class JobSettings:
     #: ``shard`` (one Spark key per offsets partition, the default: it scales) or ``group``
     #: (one per group id); fixed per checkpoint.
     state_key: str = "shard"
+    #: With ``state_key=shard``: the value of each offsets partition's Spark key, ``balanced``
+    #: (dealt round-robin over the shards' tasks) or ``partition`` (the partition number, which
+    #: Spark's hash deals unevenly: :mod:`coordinator.stream.shard_keys`); fixed per
+    #: checkpoint. A checkpoint made before this setting keeps ``partition``.
+    state_shard_layout: str = shard_keys.BALANCED_LAYOUT
     #: Spark's state store: ``hdfs`` (HDFSBackedStateStoreProvider, Spark's default) or
     #: ``rocksdb`` (RocksDBStateStoreProvider with changelog checkpointing); fixed per
     #: checkpoint (Spark pins the provider in it too).
@@ -145,6 +151,11 @@ class JobSettings:
         if self.state_key not in KEY_MODES:
             raise ValueError(f"job.state.key must be one of {KEY_MODES}, got {self.state_key!r}")
         state_store_confs(self.state_store)
+        if self.state_shard_layout not in shard_keys.LAYOUTS:
+            raise ValueError(
+                f"job.state.shard.layout must be one of {', '.join(shard_keys.LAYOUTS)}, "
+                f"got {self.state_shard_layout!r}"
+            )
         if self.sink_write not in SINK_WRITES:
             raise ValueError(
                 f"job.sink.write must be one of {', '.join(SINK_WRITES)}, got {self.sink_write!r}"
@@ -231,6 +242,25 @@ class Settings:
     spark: dict[str, str]
 
 
+def spark_shard_keys(settings: Settings) -> tuple[int, ...]:
+    """The Spark key of each offsets partition (``job.state.key=shard``), under the settings'
+    ``job.state.shard.layout`` (:func:`with_checkpoint_layout` sets the checkpoint's)."""
+    return shard_keys.shard_keys(
+        settings.job.state_shard_layout,
+        settings.coordinator.offsets_topic_num_partitions,
+        settings.job.shards,
+    )
+
+
+def with_checkpoint_layout(settings: Settings, identity: CheckpointIdentity) -> Settings:
+    """The settings with the checkpoint's shard layout (``partition`` for a checkpoint made
+    before the setting, whatever the settings say)."""
+    if settings.job.state_shard_layout == identity.shard_layout:
+        return settings
+    job = dataclasses.replace(settings.job, state_shard_layout=identity.shard_layout)
+    return dataclasses.replace(settings, job=job)
+
+
 def _key(name: str) -> str:
     """A JobSettings field's key in ``job.properties``."""
     return "job." + name.replace("_", ".")
@@ -299,7 +329,13 @@ def load_settings(
 
 # --- what a checkpoint pins -------------------------------------------------------------------
 
-PINNED = ("state_key", "shards", "offsets_topic_num_partitions", "state_store")
+PINNED = (
+    "state_key",
+    "shards",
+    "offsets_topic_num_partitions",
+    "state_store",
+    "state_shard_layout",
+)
 IDENTITY_FILE = "coordinator.json"
 
 
@@ -326,6 +362,14 @@ class CheckpointIdentity:
     #: ``job.state.store``; a ``coordinator.json`` written before it was a setting has none
     #: and reads as ``hdfs``, the only store the job used then.
     state_store: str = HDFS_STORE
+    #: ``job.state.shard.layout``; None in a ``coordinator.json`` written before it was a
+    #: setting, whose keys are the partition numbers (:attr:`shard_layout`).
+    state_shard_layout: str | None = None
+
+    @property
+    def shard_layout(self) -> str:
+        """The layout of this checkpoint's shard keys."""
+        return self.state_shard_layout or shard_keys.PARTITION_LAYOUT
 
 
 def identity_path(settings: Settings) -> Path:
@@ -338,6 +382,7 @@ def _pinned(settings: Settings) -> dict[str, Any]:
         "shards": settings.job.shards,
         "offsets_topic_num_partitions": settings.coordinator.offsets_topic_num_partitions,
         "state_store": settings.job.state_store,
+        "state_shard_layout": settings.job.state_shard_layout,
     }
 
 
@@ -353,6 +398,7 @@ def read_identity(path: Path) -> CheckpointIdentity:
         int(stored.get("batch_id_base", 0)),
         stored.get("bootstrap_dir"),
         stored.get("state_store", HDFS_STORE),
+        stored.get("state_shard_layout"),
     )
 
 
@@ -367,6 +413,8 @@ def checkpoint_identity(settings: Settings) -> CheckpointIdentity:
         identity = read_identity(path)
         for name in PINNED:
             stored = getattr(identity, name)
+            if stored is None and name == "state_shard_layout":
+                continue  # made before the setting: its keys stay the partitions (the job's)
             if stored != wanted[name]:
                 hint = ""
                 if name == "state_key":

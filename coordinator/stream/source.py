@@ -571,7 +571,8 @@ class InboxDataSource(DataSource):
     ``readTasks`` (how many tasks read one batch's files; default 1), ``initialOffsetFile``
     (where the query's first offset is kept: in its checkpoint), ``lines`` (``true``: one row
     per line, :mod:`coordinator.stream.lines`, instead of one per file) and ``shards`` (with
-    ``lines``: a ``shard`` column, the line's group id's partition of that many)."""
+    ``lines``: a ``shard`` column, the line's group id's partition of that many, or that
+    partition's key in ``shardKeys``, comma-separated, when given)."""
 
     @classmethod
     def name(cls) -> str:
@@ -604,6 +605,9 @@ class InboxDataSource(DataSource):
             read_tasks=int(options.get("readTasks", 1)),
             lines=self._lines(),
             shards=int(options["shards"]) if options.get("shards") else None,
+            shard_keys=tuple(int(k) for k in options["shardKeys"].split(","))
+            if options.get("shardKeys")
+            else None,
         )
 
 
@@ -634,15 +638,18 @@ class InboxReader(DataSourceStreamReader):
         read_tasks: int = 1,
         lines: bool = False,
         shards: int | None = None,
+        shard_keys: tuple[int, ...] | None = None,
     ) -> None:
         if read_tasks < 1:
             raise ValueError(f"readTasks must be at least 1, got {read_tasks}")
         self.inbox = inbox
         self.max_files = max_files
         self.read_tasks = read_tasks
-        #: Rows of lines (:mod:`coordinator.stream.lines`), with a shard column of ``shards``.
+        #: Rows of lines (:mod:`coordinator.stream.lines`), with a shard column of ``shards``
+        #: partitions: each partition's key in ``shard_keys`` (None: the partition number).
         self.lines = lines
         self.shards = shards
+        self.shard_keys = shard_keys
         #: Where the checkpoint's initial offset is kept. Spark asks for it again to re-run
         #: batch 0, and by then the files it was computed from may have moved on.
         self.initial_file = initial_file
@@ -691,7 +698,7 @@ class InboxReader(DataSourceStreamReader):
         if self.lines:
             from coordinator.stream import lines
 
-            yield from lines.line_batches(labels, contents, self.shards)
+            yield from lines.line_batches(labels, contents, self.shards, self.shard_keys)
             return
         yield pa.RecordBatch.from_arrays(
             [pa.array(labels, pa.string()), pa.array(contents, pa.binary())],
