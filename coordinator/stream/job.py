@@ -1037,6 +1037,12 @@ def start(
     try:
         identity, rebuilt = rebuild.prepare_checkpoint(settings, rebuild_from_log, owner)
         settings = with_checkpoint_layout(settings, identity)
+        if identity.state_shard_layout is None and settings.job.state_key == operator.SHARD_KEY:
+            log.info(
+                "this checkpoint was made before job.state.shard.layout: its shard keys stay "
+                "the partition numbers, which Spark deals unevenly over the shards; "
+                "coordinator run --rebuild-from-log makes one with balanced keys"
+            )
         owner.check()
         sink = batch_sink(settings, identity, after_write, owner)
         seed_topics(settings)
