@@ -32,6 +32,7 @@ from typing import Any
 from coordinator.bench.engine import CONFIG, Harness
 from coordinator.group.snapshot import encode_group
 from coordinator.stream import operator
+from coordinator.stream.datafiles import OPERATOR_SCHEMA
 
 #: Stages of the state function, by the functions that carry them (cumulative time of the
 #: outermost call of each; a stage's own callees that belong to another stage are not
@@ -299,21 +300,12 @@ def _serializer_seconds(outputs: list[list[Any]]) -> float | None:
     Python worker pays beside the function. The best of three runs; None without PySpark."""
     try:
         from pyspark.sql.pandas.serializers import ApplyInPandasWithStateSerializer
+        from pyspark.sql.pandas.types import from_arrow_schema
         from pyspark.sql.streaming.state import GroupState, GroupStateTimeout
-        from pyspark.sql.types import (
-            BinaryType,
-            IntegerType,
-            LongType,
-            StringType,
-            StructField,
-            StructType,
-        )
+        from pyspark.sql.types import BinaryType, StructField, StructType
     except ImportError:  # pragma: no cover - pyspark is a dependency
         return None
-    types = {"string": StringType(), "int": IntegerType(), "long": LongType()}
-    types["binary"] = BinaryType()
-    fields = [part.split() for part in operator.OUTPUT_DDL.split(", ")]
-    output_type = StructType([StructField(name, types[kind]) for name, kind in fields])
+    output_type = from_arrow_schema(OPERATOR_SCHEMA)  # operator.OUTPUT_DDL, as Spark reads it
     state_type = StructType([StructField("blob", BinaryType())])
     # PySpark's classes are untyped (Any, for mypy).
     serializer_class: Any = ApplyInPandasWithStateSerializer
