@@ -16,7 +16,7 @@ from tests.line_cases import crlf_texts, expected_lines, file_uri
 
 def rows(contents: list[bytes], shards: int | None = None) -> dict[tuple[str, int], Any]:
     labels = [file_uri(i) for i in range(len(contents))]
-    batch = lines.line_batch(labels, contents, shards)
+    batch = lines.line_batch(labels, contents, None if shards is None else range(shards))
     assert batch.schema.names == list(lines.LINE_COLUMNS) + (["shard"] if shards else [])
     return {(r["source_file"], r["position"]): r for r in batch.to_pylist()}
 

@@ -418,7 +418,7 @@ def test_balanced_shard_keys_reach_the_tasks_spark_deals_them_to(spark):
             n: partition_for(n, 50) % shards for n in names
         }
         text = "".join(json.dumps({"group_id": n}) + "\n" for n in names).encode()
-        batch = lines.line_batch(["f"], [text], 50, keys)
+        batch = lines.line_batch(["f"], [text], keys)
         assert batch.column("shard").to_pylist() == [keys[partition_for(n, 50)] for n in names]
     # The hash that picks the keys is Spark's own.
     from coordinator.stream.shard_keys import spark_hash_int

@@ -194,7 +194,6 @@ def inbox_stream(spark: Any, settings: Settings) -> Any:
         # The source splits and keys the lines itself (coordinator.stream.lines).
         reader = reader.option("lines", "true")
         if job.state_key == operator.SHARD_KEY:
-            reader = reader.option("shards", settings.coordinator.offsets_topic_num_partitions)
             keys = spark_shard_keys(settings)
             reader = reader.option("shardKeys", ",".join(map(str, keys)))
         return reader.load(str(paths.inbox))
@@ -278,11 +277,8 @@ def with_shard(lines: Any, settings: Settings) -> Any:
 
     if "shard" in lines.columns:
         return lines
-    partitions = settings.coordinator.offsets_topic_num_partitions
-    partition = kafka_partition_expr("group_id", partitions)
     keys = spark_shard_keys(settings)
-    if keys == tuple(range(partitions)):
-        return lines.withColumn("shard", F.expr(partition))
+    partition = kafka_partition_expr("group_id", len(keys))
     listed = ", ".join(map(str, keys))
     return lines.withColumn("shard", F.expr(f"element_at(array({listed}), {partition} + 1)"))
 

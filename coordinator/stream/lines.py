@@ -167,14 +167,11 @@ def _fast_group_ids(values: Any) -> tuple[Any, Any]:
 
 
 def line_batch(
-    labels: Sequence[str],
-    contents: Sequence[bytes],
-    shards: int | None = None,
-    shard_keys: Sequence[int] | None = None,
+    labels: Sequence[str], contents: Sequence[bytes], shard_keys: Sequence[int] | None = None
 ) -> Any:
     """The line rows of whole files (``labels[i]`` names ``contents[i]``) as one Arrow record
-    batch of :data:`LINE_COLUMNS` (and ``shard``, of ``shards`` partitions, when given: the
-    key of a line's partition in ``shard_keys``, or the partition itself)."""
+    batch of :data:`LINE_COLUMNS` (and ``shard`` when ``shard_keys`` is given: the key of the
+    line's offsets partition, of as many partitions as there are keys)."""
     import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -217,29 +214,25 @@ def line_batch(
         valid_utf8,
     ]
     names = list(LINE_COLUMNS)
-    if shards is not None:
+    if shard_keys is not None:
         encoded = pc.dictionary_encode(group_ids)
-        keys = [partition_for(g, shards) for g in encoded.dictionary.to_pylist()]
-        if shard_keys is not None:
-            keys = [shard_keys[k] for k in keys]
+        partitions = len(shard_keys)
+        keys = [shard_keys[partition_for(g, partitions)] for g in encoded.dictionary.to_pylist()]
         columns.append(pa.array(keys, pa.int32()).take(encoded.indices))
         names.append("shard")
     return pa.RecordBatch.from_arrays(columns, names=names)
 
 
 def line_batches(
-    labels: Sequence[str],
-    contents: Sequence[bytes],
-    shards: int | None = None,
-    shard_keys: Sequence[int] | None = None,
+    labels: Sequence[str], contents: Sequence[bytes], shard_keys: Sequence[int] | None = None
 ) -> Iterator[Any]:
     """:func:`line_batch` over runs of files of at most :data:`CHUNK_BYTES` (a larger file
     alone)."""
     start, size = 0, 0
     for index, content in enumerate(contents):
         if index > start and size + len(content) > CHUNK_BYTES:
-            yield line_batch(labels[start:index], contents[start:index], shards, shard_keys)
+            yield line_batch(labels[start:index], contents[start:index], shard_keys)
             start, size = index, 0
         size += len(content)
     if start < len(contents):
-        yield line_batch(labels[start:], contents[start:], shards, shard_keys)
+        yield line_batch(labels[start:], contents[start:], shard_keys)

@@ -55,7 +55,7 @@ its bytes. The job splits them into lines in Spark exactly as it did with the te
 (:func:`coordinator.stream.job.inbox_stream`), so the rows keep their shape and meaning; the
 operator reads each line's arrival from its ``source_file`` (:func:`arrival_of`). With the
 option ``lines`` (``job.source.lines=python``) the read yields those line rows itself
-(:mod:`coordinator.stream.lines`), with a ``shard`` column when given ``shards``.
+(:mod:`coordinator.stream.lines`), with a ``shard`` column when given ``shardKeys``.
 
 **Topics.** ``"topics_version": T``: the newest version of the job's topic store
 (:mod:`coordinator.stream.topic_store`) when the batch was planned, never lower than the
@@ -570,9 +570,9 @@ class InboxDataSource(DataSource):
     ``archive`` (directory), ``clean`` (archive, delete, off), ``maxFilesPerTrigger``,
     ``readTasks`` (how many tasks read one batch's files; default 1), ``initialOffsetFile``
     (where the query's first offset is kept: in its checkpoint), ``lines`` (``true``: one row
-    per line, :mod:`coordinator.stream.lines`, instead of one per file) and ``shards`` (with
-    ``lines``: a ``shard`` column, the line's group id's partition of that many, or that
-    partition's key in ``shardKeys``, comma-separated, when given)."""
+    per line, :mod:`coordinator.stream.lines`, instead of one per file) and ``shardKeys`` (with
+    ``lines``: a ``shard`` column, the key of the line's group id's offsets partition in this
+    comma-separated list, one key per partition)."""
 
     @classmethod
     def name(cls) -> str:
@@ -587,7 +587,7 @@ class InboxDataSource(DataSource):
             return SOURCE_SCHEMA
         from coordinator.stream import lines
 
-        return lines.SHARD_SCHEMA if self.options.get("shards") else lines.LINE_SCHEMA
+        return lines.SHARD_SCHEMA if self.options.get("shardKeys") else lines.LINE_SCHEMA
 
     def streamReader(self, schema: Any) -> InboxReader:
         options = self.options
@@ -604,7 +604,6 @@ class InboxDataSource(DataSource):
             Path(initial) if initial else None,
             read_tasks=int(options.get("readTasks", 1)),
             lines=self._lines(),
-            shards=int(options["shards"]) if options.get("shards") else None,
             shard_keys=tuple(int(k) for k in options["shardKeys"].split(","))
             if options.get("shardKeys")
             else None,
@@ -637,7 +636,6 @@ class InboxReader(DataSourceStreamReader):
         initial_file: Path | None = None,
         read_tasks: int = 1,
         lines: bool = False,
-        shards: int | None = None,
         shard_keys: tuple[int, ...] | None = None,
     ) -> None:
         if read_tasks < 1:
@@ -645,10 +643,9 @@ class InboxReader(DataSourceStreamReader):
         self.inbox = inbox
         self.max_files = max_files
         self.read_tasks = read_tasks
-        #: Rows of lines (:mod:`coordinator.stream.lines`), with a shard column of ``shards``
-        #: partitions: each partition's key in ``shard_keys`` (None: the partition number).
+        #: Rows of lines (:mod:`coordinator.stream.lines`), with a shard column when given
+        #: ``shard_keys`` (the key of each offsets partition).
         self.lines = lines
-        self.shards = shards
         self.shard_keys = shard_keys
         #: Where the checkpoint's initial offset is kept. Spark asks for it again to re-run
         #: batch 0, and by then the files it was computed from may have moved on.
@@ -698,7 +695,7 @@ class InboxReader(DataSourceStreamReader):
         if self.lines:
             from coordinator.stream import lines
 
-            yield from lines.line_batches(labels, contents, self.shards, self.shard_keys)
+            yield from lines.line_batches(labels, contents, self.shard_keys)
             return
         yield pa.RecordBatch.from_arrays(
             [pa.array(labels, pa.string()), pa.array(contents, pa.binary())],
