@@ -27,8 +27,8 @@ from coordinator.context import heartbeat_key
 from coordinator.engine import GroupCoordinator
 from coordinator.group.snapshot import decode_group
 from coordinator.log.records import durable_view
+from coordinator.stream import datafiles, rebuild
 from coordinator.stream import operator as op
-from coordinator.stream import rebuild
 from coordinator.stream.job import BatchSink, batch_sink, operator_settings
 from coordinator.stream.local import LocalJob
 from coordinator.stream.schema import CONSUMER_OFFSETS, GROUP_STATE, RESPONSES
@@ -503,7 +503,8 @@ def test_a_lost_checkpoint_is_rebuilt_and_the_job_carries_on(story: Story):
     sink = batch_sink(settings, identity)
     for spark_batch, outcome in enumerate((first, then)):
         rows = [dict(zip(op.OUTPUT_COLUMNS, row, strict=True)) for row in outcome.rows]
-        sink.write(rows, identity.batch_id_base + spark_batch)
+        table = pa.Table.from_pylist(rows, schema=datafiles.OPERATOR_SCHEMA)
+        sink.write(table, identity.batch_id_base + spark_batch)
     responses = DeltaTable(str(paths.table(RESPONSES))).to_pyarrow_table().to_pylist()
     answered = {r["request_id"]: r for r in responses}
     assert answered["after"]["error"] is None

@@ -33,7 +33,7 @@ import json
 import os
 import time
 import uuid
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -78,6 +78,16 @@ OPERATOR_SCHEMA = pa.schema(
 )
 
 
+#: The ``responses`` columns of a batch's answers, before the batch's stamps.
+ANSWER_SCHEMA = pa.schema(
+    [
+        f
+        for f in schema.RESPONSES_SCHEMA
+        if f.name not in ("batch_id", "emitted_at_ms", "written_at_ms")
+    ]
+)
+
+
 # --- the operator's rows, sorted out ------------------------------------------------------------
 
 
@@ -89,7 +99,8 @@ class BatchRows:
     order: the order is what the operator decided)."""
 
     records: list[dict[str, Any]] = field(default_factory=list)
-    responses: list[dict[str, Any]] = field(default_factory=list)
+    #: The answers, in :data:`ANSWER_SCHEMA` (without the batch's stamps).
+    responses: pa.Table = field(default_factory=lambda: ANSWER_SCHEMA.empty_table())
     groups: list[dict[str, Any]] = field(default_factory=list)
     rejected: list[dict[str, Any]] = field(default_factory=list)
     #: The ListGroups requests as their inbox lines (answered on the driver, from
@@ -101,17 +112,27 @@ class BatchRows:
     rows: int = 0
 
     @classmethod
-    def split(cls, rows: Iterable[Mapping[str, Any]]) -> BatchRows:
-        out = cls()
+    def split(cls, table: pa.Table) -> BatchRows:
+        """Sort a batch's operator rows (:data:`OPERATOR_SCHEMA`) out. The responses, nearly
+        every row of a busy batch, stay columns (:func:`answers_from_bodies`); the other
+        kinds become dicts."""
+        out = cls(rows=table.num_rows)
+        if not table.num_rows:
+            return out
+        # Every row carries the batch's clock.
+        out.emitted_at_ms = table.column("timestamp_ms")[-1].as_py()
+        kinds = table.column("kind")
+        is_response = pc.equal(kinds, operator.RESPONSE)
+        is_tick = pc.equal(kinds, operator.TICK)
+        out.timers_fired = pc.sum(is_tick).as_py() or 0
+        answered = table.filter(is_response).sort_by(
+            [("group_id", "ascending"), ("seq", "ascending")]
+        )
+        out.responses = answers_from_bodies(answered.column("body"))
         records: list[tuple[int, str, int, dict[str, Any]]] = []
-        responses: list[tuple[str, int, dict[str, Any]]] = []
-        for row in rows:
-            out.rows += 1
+        for row in table.filter(pc.invert(pc.or_(is_response, is_tick))).to_pylist():
             kind = row["kind"]
-            out.emitted_at_ms = row["timestamp_ms"]
-            if kind == operator.RESPONSE:
-                responses.append((row["group_id"], row["seq"], json.loads(row["body"])))
-            elif kind == operator.RECORD:
+            if kind == operator.RECORD:
                 record = record_from_bytes(row["key"], row["value"])
                 if record is None:  # pragma: no cover - the engine writes only known types
                     continue
@@ -124,20 +145,20 @@ class BatchRows:
                 out.rejected.append(json.loads(row["body"]))
             elif kind == operator.LIST_GROUPS:
                 out.list_groups.append(row["body"])
-            elif kind == operator.TICK:
-                out.timers_fired += 1
         records.sort(key=lambda r: r[:3])
-        responses.sort(key=lambda r: r[:2])
         out.groups.sort(key=lambda g: g["group_id"])
         out.records = [r[3] for r in records]
-        out.responses = [r[2] for r in responses]
         return out
 
     @property
     def anything(self) -> bool:
         """Whether the batch writes anything (an idle batch's timers-only rows do not)."""
         return bool(
-            self.records or self.responses or self.groups or self.rejected or self.list_groups
+            self.records
+            or self.responses.num_rows
+            or self.groups
+            or self.rejected
+            or self.list_groups
         )
 
 
@@ -182,9 +203,21 @@ def group_table(groups: Sequence[Mapping[str, Any]], batch_id: int, at_ms: int) 
     return pa.table(columns, schema=schema.GROUP_STATE_SCHEMA)
 
 
-def responses_table(
-    answered: Sequence[Mapping[str, Any]], batch_id: int, emitted_at_ms: int, written_at_ms: int
-) -> pa.Table:
+#: The start of a response's JSON as :mod:`coordinator.jsonio` writes it (the common keys first,
+#: in order: :func:`coordinator.requests.response`), when its strings need no escapes and its
+#: request id is a string, an integer or null: then these groups are the column values exactly
+#: (a JSON string without a backslash is its own text between the quotes).
+_ANSWER_HEAD = (
+    r'^\{"api":"(?P<api>[^"\\]*)",'
+    r'"request_id":(?P<request_id>"[^"\\]*"|-?[0-9]+|null),'
+    r'"group_id":"(?P<group_id>[^"\\]*)",'
+    r'"error_code":(?P<error_code>-?[0-9]{1,9}),'
+    r'"error":(?P<error>"[^"\\]*"|null)[,}]'
+)
+
+
+def answers_from_dicts(answered: Sequence[Mapping[str, Any]]) -> pa.Table:
+    """Response dicts as :data:`ANSWER_SCHEMA` rows, the body their compact JSON."""
     columns: dict[str, list[Any]] = {
         "api": [r["api"] for r in answered],
         "request_id": [schema.response_request_id(r["request_id"]) for r in answered],
@@ -192,11 +225,70 @@ def responses_table(
         "error_code": [r["error_code"] for r in answered],
         "error": [r["error"] for r in answered],
         "body": [jsonio.dumps(r) for r in answered],
-        "batch_id": [batch_id] * len(answered),
-        "emitted_at_ms": [emitted_at_ms] * len(answered),
-        "written_at_ms": [written_at_ms] * len(answered),
     }
-    return pa.table(columns, schema=schema.RESPONSES_SCHEMA)
+    return pa.table(columns, schema=ANSWER_SCHEMA)
+
+
+def answers_from_bodies(bodies: pa.Array | pa.ChunkedArray) -> pa.Table:
+    """The responses whose JSON the operator wrote, as :data:`ANSWER_SCHEMA` rows: the rows of
+    ``answers_from_dicts([json.loads(b) for b in bodies])``, each body kept as written (the
+    same text: it is what ``jsonio.dumps`` wrote). The common fields are read for the whole
+    column at once by one regular expression (Arrow's RE2) over each body's start; a body it
+    does not fit (an escaped string, a request id of another type) is parsed with ``json``."""
+    if isinstance(bodies, pa.ChunkedArray):
+        bodies = bodies.combine_chunks() if bodies.num_chunks else pa.array([], pa.string())
+    if not len(bodies):
+        return ANSWER_SCHEMA.empty_table()
+    heads = pc.extract_regex(bodies, _ANSWER_HEAD)
+    # flatten(): the groups, null where the body does not fit (``field()`` would give "").
+    head = dict(zip((f.name for f in heads.type), heads.flatten(), strict=True))
+    columns = {
+        "api": head["api"],
+        "request_id": _json_scalar_text(head["request_id"]),
+        "group_id": head["group_id"],
+        "error_code": pc.cast(head["error_code"], pa.int32()),
+        "error": _json_scalar_text(head["error"]),
+    }
+    missed = pc.invert(pc.is_valid(heads))
+    if pc.any(missed).as_py():
+        others = answers_from_dicts(
+            [json.loads(bodies[i].as_py()) for i in pc.indices_nonzero(missed).to_pylist()]
+        )
+        columns = {
+            name: pc.replace_with_mask(column, missed, others.column(name).combine_chunks())
+            for name, column in columns.items()
+        }
+    columns["body"] = bodies
+    return pa.table(columns, schema=ANSWER_SCHEMA)
+
+
+def _json_scalar_text(texts: pa.Array) -> pa.Array:
+    """A JSON string (no escapes) as its text, ``null`` as null, a number's text as it is."""
+    quoted = pc.starts_with(texts, '"')
+    unquoted = pc.if_else(pc.equal(texts, "null"), pa.scalar(None, pa.string()), texts)
+    return pc.if_else(quoted, pc.utf8_slice_codeunits(texts, 1, -1), unquoted)
+
+
+def answer_digests(answers: pa.Table) -> list[dict[str, Any]]:
+    """What the metrics read of each answer (:meth:`JobMetrics.batch_written`)."""
+    digests: list[dict[str, Any]] = answers.select(
+        ["request_id", "api", "group_id", "error", "error_code"]
+    ).to_pylist()
+    return digests
+
+
+def responses_table(
+    answers: pa.Table, batch_id: int, emitted_at_ms: int, written_at_ms: int
+) -> pa.Table:
+    """``responses`` rows: :data:`ANSWER_SCHEMA` rows stamped with the batch."""
+    rows = answers.num_rows
+    stamps = {
+        "batch_id": pa.array([batch_id] * rows, pa.int64()),
+        "emitted_at_ms": pa.array([emitted_at_ms] * rows, pa.int64()),
+        "written_at_ms": pa.array([written_at_ms] * rows, pa.int64()),
+    }
+    columns = {name: answers.column(name) for name in ANSWER_SCHEMA.names}
+    return pa.table({**columns, **stamps}, schema=schema.RESPONSES_SCHEMA)
 
 
 # --- data files ---------------------------------------------------------------------------------
@@ -364,11 +456,14 @@ META_SCHEMA = pa.schema(
 def write_partition(batches: Iterator[pa.RecordBatch], plan: FilePlan) -> Iterator[pa.RecordBatch]:
     """``mapInArrow``'s function: one task's operator rows written as data files (see the
     module docstring); yields their add actions and the rest as :data:`META_SCHEMA` rows."""
-    rows = [row for batch in batches for row in batch.to_pylist()]
-    if not rows:
+    chunks = list(batches)
+    if not chunks:
+        return
+    table = pa.Table.from_batches(chunks)
+    if not table.num_rows:
         return
     started = time.perf_counter()
-    part = BatchRows.split(rows)
+    part = BatchRows.split(table)
     metas = list(task_files(part, plan))
     # The task's own time (rows in hand to files written), in its counts row (the last).
     at = _counts_index(metas)
@@ -398,7 +493,7 @@ def task_files(part: BatchRows, plan: FilePlan) -> Iterator[dict[str, Any]]:
         tables.append((REJECTED_REQUESTS, rejected_table(part.rejected, batch_id, at_ms)))
     if part.groups and GROUP_HISTORY not in plan.skip:
         tables.append((GROUP_HISTORY, group_table(part.groups, batch_id, at_ms)))
-    if part.responses and RESPONSES not in plan.skip:
+    if part.responses.num_rows and RESPONSES not in plan.skip:
         answered = responses_table(part.responses, batch_id, at_ms, written_at_ms)
         tables.append((RESPONSES, answered))
     for name, data in tables:
@@ -426,16 +521,14 @@ def task_files(part: BatchRows, plan: FilePlan) -> Iterator[dict[str, Any]]:
     counts = {
         "rows": part.rows,
         "records": len(part.records),
-        "responses": len(part.responses),
+        "responses": part.responses.num_rows,
         "rejected": len(part.rejected),
         "timers_fired": part.timers_fired,
         "emitted_at_ms": part.emitted_at_ms,
     }
     yield {"kind": COUNTS, "body": json.dumps(counts)}
     if plan.digests:
-        for response in part.responses:
-            digest = {k: response.get(k) for k in ("request_id", "api", "group_id", "error")}
-            digest["error_code"] = response.get("error_code")
+        for digest in answer_digests(part.responses):
             yield {"kind": DIGEST, "tbl": RESPONSES, "body": jsonio.dumps(digest)}
         for record in part.records:
             digest = {

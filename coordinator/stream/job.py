@@ -490,7 +490,7 @@ class BatchSink:
                     raise BatchAbandoned(warehouse_batch, "toArrow") from None
                 raise
             evaluated = (time.perf_counter() - started) * 1000
-            figures = self.write(table.to_pylist(), warehouse_batch)
+            figures = self.write(table, warehouse_batch)
             figures.evaluate_ms = evaluated
         finally:
             self.in_batch = False
@@ -514,8 +514,9 @@ class BatchSink:
                 raise
         raise BatchAbandoned(batch_id, "java.lang.Thread.sleep")
 
-    def write(self, rows: list[dict[str, Any]], batch_id: int) -> BatchFigures:
-        """Write one batch's operator rows as warehouse batch ``batch_id`` (base included)."""
+    def write(self, rows: Any, batch_id: int) -> BatchFigures:
+        """Write one batch's operator rows (an Arrow table, :data:`datafiles.OPERATOR_SCHEMA`)
+        as warehouse batch ``batch_id`` (base included)."""
         batch = datafiles.BatchRows.split(rows)
         list_groups = [parse(json.loads(line)) for line in batch.list_groups]
         report = self.sink.write_batch(
@@ -530,7 +531,7 @@ class BatchSink:
         )
         figures = BatchFigures(
             batch_id,
-            responses=len(batch.responses) + len(list_groups),
+            responses=batch.responses.num_rows + len(list_groups),
             records=len(batch.records),
             groups=len(batch.groups),
             timers_fired=batch.timers_fired,
@@ -539,7 +540,7 @@ class BatchSink:
         if self.metrics is not None:
             self.metrics.batch_written(
                 batch.records,
-                batch.responses,
+                datafiles.answer_digests(batch.responses),
                 batch.groups,
                 batch.rejected,
                 list_groups,

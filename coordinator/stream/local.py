@@ -84,7 +84,9 @@ class LocalJob:
         if self.settings.job.sink_write == datafiles.EXECUTORS:
             self._write_as_tasks(rows)
         else:
-            self.sink.write(rows, self.batch_id)
+            self.sink.write(
+                pa.Table.from_pylist(rows, schema=datafiles.OPERATOR_SCHEMA), self.batch_id
+            )
         self.batch_id += 1
         return [decode_response(r) for r in rows if r["kind"] == operator.RESPONSE]
 

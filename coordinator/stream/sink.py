@@ -65,7 +65,7 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -81,6 +81,7 @@ from coordinator.stream.datafiles import (
     BatchFiles,
     DataFile,
     FilePlan,
+    answers_from_dicts,
     group_table,
     log_table,
     rejected_table,
@@ -229,7 +230,7 @@ class DeltaSink:
         batch_id: int,
         *,
         records: list[dict[str, Any]],
-        responses: list[dict[str, Any]],
+        responses: Sequence[Mapping[str, Any]] | pa.Table,
         groups: list[dict[str, Any]],
         rejected: list[dict[str, Any]],
         list_groups: list[Request],
@@ -240,7 +241,9 @@ class DeltaSink:
         """Commit one micro-batch to every table that has rows for it and does not hold it yet.
 
         ``records`` are the engine's log records in emission order (their ``offset`` is
-        ignored: the sink numbers them); ``groups`` one summary per group touched, a ``Dead``
+        ignored: the sink numbers them); ``responses`` the engine's response dicts, or the
+        operator's answers as columns (:data:`datafiles.ANSWER_SCHEMA`, from
+        :func:`datafiles.answers_from_bodies`); ``groups`` one summary per group touched, a ``Dead``
         one deleting the group's row; ``emitted_at_ms`` is the batch's clock (Spark's batch
         timestamp, the same on a replay), ``written_at_ms`` the wall clock of this write.
 
@@ -258,7 +261,7 @@ class DeltaSink:
             self._load()
         try:
             started = time.perf_counter()
-            anything = records or responses or groups or rejected or list_groups
+            anything = records or len(responses) or groups or rejected or list_groups
             if anything or (files is not None and files.anything):
                 self._check_order(batch_id)
                 self._write_log(batch_id, records, written_at_ms, report, files)
@@ -421,7 +424,7 @@ class DeltaSink:
     def _write_responses(
         self,
         batch_id: int,
-        responses: list[dict[str, Any]],
+        responses: Sequence[Mapping[str, Any]] | pa.Table,
         list_groups: list[Request],
         emitted_at_ms: int,
         written_at_ms: int,
@@ -432,14 +435,15 @@ class DeltaSink:
         because this commit is the batch's completion marker (module docstring)."""
         if self._replayed(RESPONSES, batch_id, report):
             return
-        answered = list(responses)
+        answered = responses if isinstance(responses, pa.Table) else answers_from_dicts(responses)
         if list_groups:
             rows = self._group_rows()
-            answered.extend(list_groups_response(request, rows) for request in list_groups)
+            listed = [list_groups_response(request, rows) for request in list_groups]
+            answered = pa.concat_tables([answered, answers_from_dicts(listed)])
         data = responses_table(answered, batch_id, emitted_at_ms, written_at_ms)
         if files is None:
             self._append(RESPONSES, data, batch_id, report)
-            report.responses_written = len(answered)
+            report.responses_written = data.num_rows
             return
         # The tasks' files, and one written here with the ListGroups answers.
         written = list(files.files.get(RESPONSES, ()))
