@@ -17,12 +17,14 @@ from typing import Any
 import pandas as pd
 import pytest
 
+from coordinator import jsonio
 from coordinator.bench import stream as bench
 from coordinator.bench import tws
 from coordinator.bench.stream_members import Member
 from coordinator.config import CoordinatorConfig
 from coordinator.errors import Error
 from coordinator.group.snapshot import decode_group
+from coordinator.requests import response
 from coordinator.stream import job
 from coordinator.stream import operator as op
 from coordinator.stream.schema import Warehouse
@@ -504,6 +506,11 @@ def test_the_floors_answer_every_line_none_in_the_jobs_output_schema():
         ("r2", "a", 0),
     ]
     assert set(out["kind"]) == {op.RESPONSE}
+    # Written as the job writes a heartbeat's answer, so the sink reads them alike.
+    assert list(out["body"]) == [
+        jsonio.dumps_response(response("heartbeat", f"r{i}", g))
+        for i, g in enumerate(["a", "b", "a"])
+    ]
 
 
 # --- on Spark ---------------------------------------------------------------------------------

@@ -78,6 +78,7 @@ from urllib.parse import unquote
 
 import pyarrow.parquet as pq
 
+from coordinator import jsonio
 from coordinator.bench import tws
 from coordinator.bench.stream_members import (
     Member,
@@ -87,6 +88,7 @@ from coordinator.bench.stream_members import (
     join_request,
     sync_request,
 )
+from coordinator.requests import response
 from coordinator.stream import job, operator, source, worker_gc
 from coordinator.stream.client import Inbox, ResponseReader, StreamClient
 from coordinator.stream.schema import CONSUMER_OFFSETS, RESPONSES, Warehouse
@@ -249,23 +251,17 @@ FLOOR_TIMEOUT_MS = 600_000
 
 
 def _answer_none(frames: Iterator[Any], now: int) -> list[tuple[Any, ...]]:
-    """Every inbox line of ``frames`` answered NONE, as the job's output rows at ``now``."""
+    """Every inbox line of ``frames`` answered NONE, as the job's output rows at ``now``
+    (the body as the job writes it: the sink reads its common fields from that form)."""
     rows: list[tuple[Any, ...]] = []
     for frame in frames:
         for value, group_id in zip(
             frame["value"].tolist(), frame["group_id"].tolist(), strict=True
         ):
             raw = json.loads(value)
-            body = {
-                "api": raw.get("api"),
-                "request_id": raw.get("request_id"),
-                "group_id": group_id,
-                "error_code": 0,
-                "error": None,
-            }
-            rows.append(
-                (operator.RESPONSE, group_id, len(rows), 0, None, None, now, json.dumps(body))
-            )
+            # The job's answer to a heartbeat, written as the job writes it.
+            body = jsonio.dumps_response(response(raw.get("api"), raw.get("request_id"), group_id))
+            rows.append((operator.RESPONSE, group_id, len(rows), 0, None, None, now, body))
     return rows
 
 
