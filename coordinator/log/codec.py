@@ -9,6 +9,7 @@ Malformed input raises :class:`coordinator.serde.DecodeError`.
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 
 from coordinator.log.modern_codec import KEY_FIELDS, ConsumerGroupKey, decode_key_fields
@@ -176,6 +177,81 @@ def decode_offset_commit_value(data: bytes) -> OffsetCommitValue:
         metadata=metadata,
         commit_timestamp_ms=commit_timestamp,
         expire_timestamp_ms=None if expire_timestamp == _NO_TIMESTAMP else expire_timestamp,
+    )
+
+
+#: An offset commit's fields as :func:`read_offset_commit` gives them: group, topic, partition,
+#: then the value's committed offset, leader epoch, metadata, commit and expire timestamps (all
+#: None for a tombstone).
+OffsetCommitFields = tuple[
+    str, str, int, int | None, int | None, str | None, int | None, int | None
+]
+
+_KEY_HEAD = struct.Struct(">hh")  # version, the group's length
+_LENGTH = struct.Struct(">h")
+_PARTITION = struct.Struct(">i")
+_V1_HEAD = struct.Struct(">hqh")  # version, offset, the metadata's length
+_V1_TAIL = struct.Struct(">qq")  # commit and expire timestamps
+_V3_HEAD = struct.Struct(">hqih")  # version, offset, leader epoch, the metadata's length
+_V3_TAIL = struct.Struct(">q")  # commit timestamp
+
+
+def read_offset_commit(key: bytes, value: bytes | None) -> OffsetCommitFields | None:
+    """The fields of an offset commit record in the forms Kafka writes (key v0 or v1; value v1,
+    v3 or a tombstone), read with ``struct`` alone: what :func:`decode_key` and
+    :func:`decode_offset_commit_value` give for the same bytes. None for any other record or
+    form, and for any bytes that are not exactly such a record (short, long, a negative length,
+    invalid UTF-8): the general decoders read those, and refuse what they refuse."""
+    try:
+        version, length = _KEY_HEAD.unpack_from(key, 0)
+        if version not in (0, 1) or length < 0:
+            return None
+        end = 4 + length
+        group = key[4:end].decode("utf-8")
+        (length,) = _LENGTH.unpack_from(key, end)
+        if length < 0:
+            return None
+        start, end = end + 2, end + 2 + length
+        topic = key[start:end].decode("utf-8")
+        (partition,) = _PARTITION.unpack_from(key, end)
+        if end + 4 != len(key):
+            return None
+        if value is None:
+            return (group, topic, partition, None, None, None, None, None)
+        (version,) = _LENGTH.unpack_from(value, 0)
+        if version == 3:
+            _, offset, epoch, length = _V3_HEAD.unpack_from(value, 0)
+            start = _V3_HEAD.size
+            expire = _NO_TIMESTAMP
+        elif version == 1:
+            _, offset, length = _V1_HEAD.unpack_from(value, 0)
+            start = _V1_HEAD.size
+            epoch = _NO_EPOCH
+        else:
+            return None
+        if length < 0:
+            return None
+        end = start + length
+        metadata = value[start:end].decode("utf-8")
+        if version == 3:
+            (committed_at,) = _V3_TAIL.unpack_from(value, end)
+            end += _V3_TAIL.size
+        else:
+            committed_at, expire = _V1_TAIL.unpack_from(value, end)
+            end += _V1_TAIL.size
+        if end != len(value):
+            return None
+    except (struct.error, UnicodeDecodeError):
+        return None
+    return (
+        group,
+        topic,
+        partition,
+        offset,
+        None if epoch == _NO_EPOCH else epoch,
+        metadata,
+        committed_at,
+        None if expire == _NO_TIMESTAMP else expire,
     )
 
 

@@ -43,7 +43,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from coordinator import jsonio
-from coordinator.log.records import RECORD_FIELDS, record_from_bytes
+from coordinator.log.codec import read_offset_commit
+from coordinator.log.records import OFFSET_COMMIT, record_from_bytes
 from coordinator.stream import operator, schema
 from coordinator.stream.schema import (
     CONSUMER_OFFSETS,
@@ -57,7 +58,6 @@ EXECUTORS = "executors"
 #: ``job.sink.write``: where a batch's rows become Delta data files.
 SINK_WRITES = (DRIVER, EXECUTORS)
 
-_LOG_COLUMNS = [name for name in RECORD_FIELDS if name != "offset"]
 _GROUP_COLUMNS = [
     n for n in schema.GROUP_STATE_SCHEMA.names if n not in ("batch_id", "updated_at_ms")
 ]
@@ -77,6 +77,16 @@ OPERATOR_SCHEMA = pa.schema(
     ]
 )
 
+
+#: The ``consumer_offsets`` columns of a batch's log records, before the sink numbers them and
+#: stamps the batch.
+RECORD_SCHEMA = pa.schema(
+    [
+        f
+        for f in schema.CONSUMER_OFFSETS_SCHEMA
+        if f.name not in ("offset", "batch_id", "written_at_ms")
+    ]
+)
 
 #: The ``responses`` columns of a batch's answers, before the batch's stamps.
 ANSWER_SCHEMA = pa.schema(
@@ -98,7 +108,8 @@ class BatchRows:
     (group, emission), group summaries by group id (Spark hands partitions over in no promised
     order: the order is what the operator decided)."""
 
-    records: list[dict[str, Any]] = field(default_factory=list)
+    #: The log records, in :data:`RECORD_SCHEMA`.
+    records: pa.Table = field(default_factory=lambda: RECORD_SCHEMA.empty_table())
     #: The answers, in :data:`ANSWER_SCHEMA` (without the batch's stamps).
     responses: pa.Table = field(default_factory=lambda: ANSWER_SCHEMA.empty_table())
     groups: list[dict[str, Any]] = field(default_factory=list)
@@ -113,9 +124,9 @@ class BatchRows:
 
     @classmethod
     def split(cls, table: pa.Table) -> BatchRows:
-        """Sort a batch's operator rows (:data:`OPERATOR_SCHEMA`) out. The responses, nearly
-        every row of a busy batch, stay columns (:func:`answers_from_bodies`); the other
-        kinds become dicts."""
+        """Sort a batch's operator rows (:data:`OPERATOR_SCHEMA`) out. The answers and the log
+        records, nearly every row of a busy batch, stay columns (:func:`answers_from_bodies`,
+        :func:`records_from_rows`); the other kinds become dicts."""
         out = cls(rows=table.num_rows)
         if not table.num_rows:
             return out
@@ -123,38 +134,34 @@ class BatchRows:
         out.emitted_at_ms = table.column("timestamp_ms")[-1].as_py()
         kinds = table.column("kind")
         is_response = pc.equal(kinds, operator.RESPONSE)
+        is_record = pc.equal(kinds, operator.RECORD)
         is_tick = pc.equal(kinds, operator.TICK)
         out.timers_fired = pc.sum(is_tick).as_py() or 0
         answered = table.filter(is_response).sort_by(
             [("group_id", "ascending"), ("seq", "ascending")]
         )
         out.responses = answers_from_bodies(answered.column("body"))
-        records: list[tuple[int, str, int, dict[str, Any]]] = []
-        for row in table.filter(pc.invert(pc.or_(is_response, is_tick))).to_pylist():
+        logged = table.filter(is_record).sort_by(
+            [("offsets_partition", "ascending"), ("group_id", "ascending"), ("seq", "ascending")]
+        )
+        out.records = records_from_rows(logged)
+        others = pc.invert(pc.or_(pc.or_(is_response, is_record), is_tick))
+        for row in table.filter(others).to_pylist():
             kind = row["kind"]
-            if kind == operator.RECORD:
-                record = record_from_bytes(row["key"], row["value"])
-                if record is None:  # pragma: no cover - the engine writes only known types
-                    continue
-                record["offsets_partition"] = row["offsets_partition"]
-                record["timestamp_ms"] = row["timestamp_ms"]
-                records.append((row["offsets_partition"], row["group_id"], row["seq"], record))
-            elif kind == operator.GROUP:
+            if kind == operator.GROUP:
                 out.groups.append(json.loads(row["body"]))
             elif kind == operator.REJECTED:
                 out.rejected.append(json.loads(row["body"]))
             elif kind == operator.LIST_GROUPS:
                 out.list_groups.append(row["body"])
-        records.sort(key=lambda r: r[:3])
         out.groups.sort(key=lambda g: g["group_id"])
-        out.records = [r[3] for r in records]
         return out
 
     @property
     def anything(self) -> bool:
         """Whether the batch writes anything (an idle batch's timers-only rows do not)."""
         return bool(
-            self.records
+            self.records.num_rows
             or self.responses.num_rows
             or self.groups
             or self.rejected
@@ -165,24 +172,103 @@ class BatchRows:
 # --- the tables' rows ---------------------------------------------------------------------------
 
 
+def records_from_dicts(records: Sequence[Mapping[str, Any]]) -> pa.Table:
+    """Record dicts (:data:`coordinator.log.records.RECORD_FIELDS`) as :data:`RECORD_SCHEMA`
+    rows."""
+    columns = {name: [r[name] for r in records] for name in RECORD_SCHEMA.names}
+    return pa.table(columns, schema=RECORD_SCHEMA)
+
+
+#: The columns of an offset commit read the short way (:func:`codec.read_offset_commit`), in
+#: :data:`RECORD_SCHEMA`'s order: the row's own columns, then the record's fields.
+_COMMIT_ROW = (
+    "record_type",
+    "group_id",
+    "topic",
+    "partition",
+    "offsets_partition",
+    "timestamp_ms",
+    "key",
+    "value",
+    "committed_offset",
+    "leader_epoch",
+    "metadata",
+    "commit_timestamp_ms",
+    "expire_timestamp_ms",
+)
+#: The columns of :data:`RECORD_SCHEMA` after those: null in an offset commit.
+_GROUP_ONLY = RECORD_SCHEMA.names[len(_COMMIT_ROW) :]
+
+
+def records_from_rows(rows: pa.Table) -> pa.Table:
+    """The log records of operator rows of kind ``record`` (:data:`OPERATOR_SCHEMA`, in the
+    order they are written), as :data:`RECORD_SCHEMA` rows: the records
+    :func:`coordinator.log.records.record_from_bytes` reads from each row's key and value, with
+    the row's offsets partition and timestamp; a key of a type this log does not use is
+    skipped. An offset commit in the forms Kafka writes is read the short way, into a tuple."""
+    tail = (None,) * len(_GROUP_ONLY)
+    out: list[tuple[Any, ...]] = []
+    for key, value, partition, stamp in zip(
+        rows.column("key").to_pylist(),
+        rows.column("value").to_pylist(),
+        rows.column("offsets_partition").to_pylist(),
+        rows.column("timestamp_ms").to_pylist(),
+        strict=True,
+    ):
+        fields = read_offset_commit(key, value)
+        if fields is not None:
+            group, topic, part, *committed = fields
+            out.append(
+                (OFFSET_COMMIT, group, topic, part, partition, stamp, key, value, *committed, *tail)
+            )
+            continue
+        record = record_from_bytes(key, value)
+        if record is None:  # pragma: no cover - the engine writes only known types
+            continue
+        record["offsets_partition"] = partition
+        record["timestamp_ms"] = stamp
+        out.append(tuple(record[name] for name in RECORD_SCHEMA.names))
+    if not out:
+        return RECORD_SCHEMA.empty_table()
+    columns = zip(RECORD_SCHEMA, zip(*out, strict=True), strict=True)
+    return pa.table({f.name: pa.array(c, f.type) for f, c in columns}, schema=RECORD_SCHEMA)
+
+
+def record_digests(records: pa.Table) -> list[dict[str, Any]]:
+    """What the metrics read of each log record (:meth:`JobMetrics.batch_written`); ``value``
+    is True for a value, None for a tombstone."""
+    digests: list[dict[str, Any]] = [
+        {"record_type": kind, "group_id": group, "value": None if missing else True}
+        for kind, group, missing in zip(
+            records.column("record_type").to_pylist(),
+            records.column("group_id").to_pylist(),
+            pc.is_null(records.column("value")).to_pylist(),
+            strict=True,
+        )
+    ]
+    return digests
+
+
 def log_table(
-    records: Sequence[Mapping[str, Any]],
+    records: pa.Table,
     log_end: Mapping[int, int],
     batch_id: int,
     written_at_ms: int,
 ) -> tuple[pa.Table, dict[int, int]]:
-    """``consumer_offsets`` rows of ``records`` (in order), numbered per offsets partition from
-    ``log_end``; and the end offsets after them (of the partitions written only)."""
-    columns: dict[str, list[Any]] = {name: [r[name] for r in records] for name in _LOG_COLUMNS}
+    """``consumer_offsets`` rows of ``records`` (:data:`RECORD_SCHEMA`, in order), numbered per
+    offsets partition from ``log_end``; and the end offsets after them (of the partitions
+    written only)."""
     ends: dict[int, int] = {}
     offsets = []
-    for partition in columns["offsets_partition"]:
+    for partition in records.column("offsets_partition").to_pylist():
         offset = ends.get(partition, log_end.get(partition, 0))
         offsets.append(offset)
         ends[partition] = offset + 1
-    columns["offset"] = offsets
-    columns["batch_id"] = [batch_id] * len(records)
-    columns["written_at_ms"] = [written_at_ms] * len(records)
+    rows = records.num_rows
+    columns = {name: records.column(name) for name in RECORD_SCHEMA.names}
+    columns["offset"] = pa.array(offsets, pa.int64())
+    columns["batch_id"] = pa.array([batch_id] * rows, pa.int64())
+    columns["written_at_ms"] = pa.array([written_at_ms] * rows, pa.int64())
     return pa.table(columns, schema=schema.CONSUMER_OFFSETS_SCHEMA), ends
 
 
@@ -484,7 +570,7 @@ def task_files(part: BatchRows, plan: FilePlan) -> Iterator[dict[str, Any]]:
     # ``written_at_ms`` is the wall clock of the write: the task's, as it writes.
     written_at_ms = int(time.time() * 1000)
     tables: list[tuple[str, pa.Table]] = []
-    if part.records and CONSUMER_OFFSETS not in plan.skip:
+    if part.records.num_rows and CONSUMER_OFFSETS not in plan.skip:
         log, ends = log_table(part.records, plan.log_end, batch_id, written_at_ms)
         tables.append((CONSUMER_OFFSETS, log))
         for partition, end in ends.items():
@@ -520,7 +606,7 @@ def task_files(part: BatchRows, plan: FilePlan) -> Iterator[dict[str, Any]]:
         yield {"kind": operator.LIST_GROUPS, "body": line}
     counts = {
         "rows": part.rows,
-        "records": len(part.records),
+        "records": part.records.num_rows,
         "responses": part.responses.num_rows,
         "rejected": len(part.rejected),
         "timers_fired": part.timers_fired,
@@ -530,12 +616,7 @@ def task_files(part: BatchRows, plan: FilePlan) -> Iterator[dict[str, Any]]:
     if plan.digests:
         for digest in answer_digests(part.responses):
             yield {"kind": DIGEST, "tbl": RESPONSES, "body": jsonio.dumps(digest)}
-        for record in part.records:
-            digest = {
-                "record_type": record.get("record_type"),
-                "group_id": record.get("group_id"),
-                "value": None if record.get("value") is None else True,
-            }
+        for digest in record_digests(part.records):
             yield {"kind": DIGEST, "tbl": CONSUMER_OFFSETS, "body": jsonio.dumps(digest)}
         for rejected in part.rejected:
             source = {"source_file": rejected.get("source_file")}

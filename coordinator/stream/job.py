@@ -532,14 +532,14 @@ class BatchSink:
         figures = BatchFigures(
             batch_id,
             responses=batch.responses.num_rows + len(list_groups),
-            records=len(batch.records),
+            records=batch.records.num_rows,
             groups=len(batch.groups),
             timers_fired=batch.timers_fired,
             rejected=len(batch.rejected),
         )
         if self.metrics is not None:
             self.metrics.batch_written(
-                batch.records,
+                datafiles.record_digests(batch.records),
                 datafiles.answer_digests(batch.responses),
                 batch.groups,
                 batch.rejected,

@@ -84,6 +84,7 @@ from coordinator.stream.datafiles import (
     answers_from_dicts,
     group_table,
     log_table,
+    records_from_dicts,
     rejected_table,
     responses_table,
     write_files,
@@ -229,7 +230,7 @@ class DeltaSink:
         self,
         batch_id: int,
         *,
-        records: list[dict[str, Any]],
+        records: Sequence[Mapping[str, Any]] | pa.Table,
         responses: Sequence[Mapping[str, Any]] | pa.Table,
         groups: list[dict[str, Any]],
         rejected: list[dict[str, Any]],
@@ -241,9 +242,10 @@ class DeltaSink:
         """Commit one micro-batch to every table that has rows for it and does not hold it yet.
 
         ``records`` are the engine's log records in emission order (their ``offset`` is
-        ignored: the sink numbers them); ``responses`` the engine's response dicts, or the
-        operator's answers as columns (:data:`datafiles.ANSWER_SCHEMA`, from
-        :func:`datafiles.answers_from_bodies`); ``groups`` one summary per group touched, a ``Dead``
+        ignored: the sink numbers them), as dicts or as the operator's columns
+        (:data:`datafiles.RECORD_SCHEMA`, from :func:`datafiles.records_from_rows`);
+        ``responses`` the engine's response dicts, or the operator's answers as columns
+        (:data:`datafiles.ANSWER_SCHEMA`, from :func:`datafiles.answers_from_bodies`); ``groups`` one summary per group touched, a ``Dead``
         one deleting the group's row; ``emitted_at_ms`` is the batch's clock (Spark's batch
         timestamp, the same on a replay), ``written_at_ms`` the wall clock of this write.
 
@@ -261,7 +263,7 @@ class DeltaSink:
             self._load()
         try:
             started = time.perf_counter()
-            anything = records or len(responses) or groups or rejected or list_groups
+            anything = len(records) or len(responses) or groups or rejected or list_groups
             if anything or (files is not None and files.anything):
                 self._check_order(batch_id)
                 self._write_log(batch_id, records, written_at_ms, report, files)
@@ -326,13 +328,13 @@ class DeltaSink:
     def _write_log(
         self,
         batch_id: int,
-        records: list[dict[str, Any]],
+        records: Sequence[Mapping[str, Any]] | pa.Table,
         written_at_ms: int,
         report: BatchReport,
         files: BatchFiles | None = None,
     ) -> None:
         written = files.files.get(CONSUMER_OFFSETS) if files is not None else None
-        if not (records or written) or self._replayed(CONSUMER_OFFSETS, batch_id, report):
+        if not (len(records) or written) or self._replayed(CONSUMER_OFFSETS, batch_id, report):
             return
         if files is not None:
             self._commit_files(CONSUMER_OFFSETS, written or [], batch_id, report)
@@ -340,12 +342,12 @@ class DeltaSink:
             self._log_end.update(files.log_end)
             report.records_written = files.rows_in(CONSUMER_OFFSETS)
             return
-        data, ends = log_table(records, self._log_end, batch_id, written_at_ms)
-        partitions = {r["offsets_partition"] for r in records}
-        self._append(CONSUMER_OFFSETS, data, batch_id, report, partitions)
+        logged = records if isinstance(records, pa.Table) else records_from_dicts(records)
+        data, ends = log_table(logged, self._log_end, batch_id, written_at_ms)
+        self._append(CONSUMER_OFFSETS, data, batch_id, report, set(ends))
         # Only now: a failed or skipped commit must leave the numbering where the table is.
         self._log_end.update(ends)
-        report.records_written = len(records)
+        report.records_written = data.num_rows
 
     def _write_rejected(
         self,

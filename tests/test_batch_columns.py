@@ -1,6 +1,8 @@
-"""The operator's answers as ``responses`` columns, read from their JSON a column at a time
-(:func:`datafiles.answers_from_bodies`), against the per-response way they equal
-(:func:`datafiles.answers_from_dicts` over ``json.loads`` of each body)."""
+"""A batch's operator rows as columns, against the per-row ways they equal: the answers read
+from their JSON a column at a time (:func:`datafiles.answers_from_bodies` against
+:func:`datafiles.answers_from_dicts` over ``json.loads`` of each body), and the log records
+(:func:`datafiles.records_from_rows` against :func:`datafiles.records_from_dicts` over
+``record_from_bytes``)."""
 
 from __future__ import annotations
 
@@ -13,8 +15,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from coordinator import jsonio
+from coordinator.log import codec
+from coordinator.log.records import RECORD_FIELDS, record_from_bytes
 from coordinator.requests import Error, response
 from coordinator.stream import datafiles, operator
+from tests.consumer_groups import M1, M2, Context
 
 #: Strings with what a JSON string may hold: quotes, backslashes, control characters,
 #: non-ASCII and astral characters.
@@ -68,7 +73,7 @@ def per_response(bodies: list[str]) -> pa.Table:
     return datafiles.answers_from_dicts([json.loads(body) for body in bodies])
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(st.lists(answers(), max_size=12))
 def test_the_columns_equal_the_per_response_way_and_keep_each_body(
     drawn: list[dict[str, Any]],
@@ -150,3 +155,96 @@ def test_responses_table_stamps_the_batch(rows: int) -> None:
     assert table.column("batch_id").to_pylist() == [7] * rows
     assert table.column("emitted_at_ms").to_pylist() == [1_000] * rows
     assert table.column("written_at_ms").to_pylist() == [2_000] * rows
+
+
+# --- log records --------------------------------------------------------------------------------
+
+
+def consumer_group_records() -> list[tuple[bytes, bytes | None]]:
+    """Records a KIP-848 group writes (its own record types, tombstones among them)."""
+    context = Context()
+    context.join(M1)
+    context.join(M2)
+    context.heartbeat(M2, -1)  # leaves: tombstones
+    return [(r["key"], r["value"]) for r in context.records()]
+
+
+def commit(group: str, partition: int, version: int | None, offset: int) -> tuple[bytes, bytes]:
+    value = codec.OffsetCommitValue(offset, 3, "meta é", 1_000 + offset, None)
+    key = codec.encode_offset_commit_key(group, "orders", partition)
+    return key, codec.encode_offset_commit_value(value, version)
+
+
+def group_metadata(group: str) -> tuple[bytes, bytes]:
+    member = codec.MemberMetadataValue(
+        "m-1", None, "client", "/10.0.0.1", 30_000, 10_000, b"sub", b"assign"
+    )
+    value = codec.GroupMetadataValue("consumer", 4, "range", "m-1", 5_000, (member,))
+    return codec.encode_group_metadata_key(group), codec.encode_group_metadata_value(value)
+
+
+def record_rows(records: list[tuple[bytes, bytes | None]]) -> pa.Table:
+    rows = [
+        {**operator_row(operator.RECORD, "g", i), "key": key, "value": value}
+        for i, (key, value) in enumerate(records)
+    ]
+    for i, row in enumerate(rows):
+        row["offsets_partition"] = i % 3
+        row["timestamp_ms"] = 5_000 + i
+    return pa.Table.from_pylist(rows, datafiles.OPERATOR_SCHEMA)
+
+
+def per_record(rows: pa.Table) -> pa.Table:
+    records = []
+    for row in rows.to_pylist():
+        record = record_from_bytes(row["key"], row["value"])
+        assert record is not None
+        record["offsets_partition"] = row["offsets_partition"]
+        record["timestamp_ms"] = row["timestamp_ms"]
+        records.append(record)
+    return datafiles.records_from_dicts(records)
+
+
+def test_records_read_the_short_way_or_the_general_one_equal_the_per_record_way() -> None:
+    records = [commit("g", p, version, 10 * p) for p in range(3) for version in (None, 1, 3, 4)]
+    records.append((codec.encode_offset_commit_key("g", "orders", 9), None))  # a deletion
+    records += [group_metadata("g"), (codec.encode_group_metadata_key("gone"), None)]
+    records += consumer_group_records()
+    rows = record_rows(records)
+    columns = datafiles.records_from_rows(rows)
+    assert columns.schema == datafiles.RECORD_SCHEMA
+    assert columns.to_pylist() == per_record(rows).to_pylist()
+    assert columns.num_rows == len(records)
+    kinds = set(columns.column("record_type").to_pylist())
+    assert {"offset_commit", "group_metadata"} < kinds and len(kinds) > 3
+
+
+def test_the_record_columns_are_the_logs_and_the_short_ways_lead_them() -> None:
+    assert datafiles.RECORD_SCHEMA.names == [n for n in RECORD_FIELDS if n != "offset"]
+    assert datafiles.RECORD_SCHEMA.names[: len(datafiles._COMMIT_ROW)] == list(
+        datafiles._COMMIT_ROW
+    )
+
+
+def test_a_batch_numbers_its_records_per_offsets_partition_in_order() -> None:
+    rows = [
+        {**operator_row(operator.RECORD, group, seq), "key": key, "value": value}
+        for group, seq, (key, value) in [
+            ("b", 0, commit("b", 0, None, 1)),
+            ("a", 1, commit("a", 1, None, 2)),
+            ("a", 0, commit("a", 0, None, 3)),
+        ]
+    ]
+    rows[0]["offsets_partition"] = 4
+    batch = datafiles.BatchRows.split(pa.Table.from_pylist(rows, datafiles.OPERATOR_SCHEMA))
+    # (offsets partition, group, emission): partition 0's a/0, a/1, then partition 4's b/0.
+    assert batch.records.column("committed_offset").to_pylist() == [3, 2, 1]
+    table, ends = datafiles.log_table(batch.records, {0: 7}, 2, 9_000)
+    assert table.column("offset").to_pylist() == [7, 8, 0]
+    assert ends == {0: 9, 4: 1}
+    assert table.schema == datafiles.schema.CONSUMER_OFFSETS_SCHEMA
+    assert datafiles.record_digests(batch.records)[0] == {
+        "record_type": "offset_commit",
+        "group_id": "a",
+        "value": True,
+    }
