@@ -154,6 +154,19 @@ def add_parser(subparsers: Any) -> None:
     )
     op.add_argument("--json", action="store_true", help="print one JSON object")
     op.set_defaults(run=run_operator)
+    sink = kinds.add_parser(
+        "sink",
+        help="the driver's work per row of a batch: the sink's way, a dict per row, and the "
+        "Delta append alone (no Spark)",
+    )
+    sink.add_argument("--rows", type=int, default=50_000, help="rows in the batch (50,000)")
+    sink.add_argument("--groups", type=int, default=1_000, help="groups (1,000)")
+    sink.add_argument("--rounds", type=int, default=5, help="times each way runs (5)")
+    sink.add_argument(
+        "--kinds", default="answers,commits", help="answers, commits or both (answers,commits)"
+    )
+    sink.add_argument("--json", action="store_true", help="print one JSON object")
+    sink.set_defaults(run=run_sink)
     backlog = kinds.add_parser(
         "backlog",
         help="CPU per answered request by process (JVM, Python workers, driver) over a fixed "
@@ -505,6 +518,17 @@ def run_operator(args: argparse.Namespace) -> int:
     )
     result = operator_bench(options)
     print(json.dumps(result) if args.json else format_report(result))
+    return 0
+
+
+def run_sink(args: argparse.Namespace) -> int:
+    from dataclasses import asdict
+
+    from coordinator.bench.sink import SinkBenchOptions, format_report, sink_bench
+
+    kinds = tuple(k.strip() for k in args.kinds.split(",") if k.strip())
+    result = sink_bench(SinkBenchOptions(args.rows, args.groups, args.rounds, kinds))
+    print(json.dumps(asdict(result)) if args.json else format_report(result))
     return 0
 
 
