@@ -134,12 +134,13 @@ def test_a_rerun_batch_reads_the_same_rows_even_after_its_files_moved(spark, tmp
     written: dict[int, list[list[str]]] = {}
     original_write = job.BatchSink.write
 
-    def recording_write(self: job.BatchSink, rows: list[dict[str, Any]], batch_id: int) -> Any:
+    def recording_write(self: job.BatchSink, table: Any, batch_id: int) -> Any:
+        rows = table.to_pylist()
         if any(r["kind"] != "tick" for r in rows):
             written.setdefault(batch_id, []).append(
                 sorted(json.dumps(r, sort_keys=True, default=str) for r in rows)
             )
-        return original_write(self, rows, batch_id)
+        return original_write(self, table, batch_id)
 
     monkeypatch.setattr(job.BatchSink, "write", recording_write)
     crashed: list[int] = []

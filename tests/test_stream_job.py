@@ -551,15 +551,15 @@ def test_a_member_is_not_expired_by_the_run_time_of_the_batch_that_answered_it(
     holding, held, release = threading.Event(), threading.Event(), threading.Event()
     write = job.BatchSink.write
 
-    def slow_write(sink: job.BatchSink, rows: list[dict[str, Any]], batch_id: int) -> Any:
+    def slow_write(sink: job.BatchSink, table: Any, batch_id: int) -> Any:
         answers_h1 = any(
             r["kind"] == "response" and json.loads(r["body"]).get("request_id") == "h1"
-            for r in rows
+            for r in table.to_pylist()
         )
         if holding.is_set() and answers_h1 and not held.is_set():
             held.set()
             release.wait(timeout=120)
-        return write(sink, rows, batch_id)
+        return write(sink, table, batch_id)
 
     monkeypatch.setattr(job.BatchSink, "write", slow_write)
     c = RunningCoordinator(spark, tmp_path / "warehouse", state_key=mode)
