@@ -179,25 +179,11 @@ def records_from_dicts(records: Sequence[Mapping[str, Any]]) -> pa.Table:
     return pa.table(columns, schema=RECORD_SCHEMA)
 
 
-#: The columns of an offset commit read the short way (:func:`codec.read_offset_commit`), in
-#: :data:`RECORD_SCHEMA`'s order: the row's own columns, then the record's fields.
-_COMMIT_ROW = (
-    "record_type",
-    "group_id",
-    "topic",
-    "partition",
-    "offsets_partition",
-    "timestamp_ms",
-    "key",
-    "value",
-    "committed_offset",
-    "leader_epoch",
-    "metadata",
-    "commit_timestamp_ms",
-    "expire_timestamp_ms",
-)
-#: The columns of :data:`RECORD_SCHEMA` after those: null in an offset commit.
-_GROUP_ONLY = RECORD_SCHEMA.names[len(_COMMIT_ROW) :]
+#: The columns an offset commit fills, :data:`RECORD_SCHEMA`'s up to its expire timestamp (the
+#: row's own columns and the commit's fields, in the order :func:`records_from_rows` builds
+#: them); the rest are a group's, null in an offset commit.
+_COMMIT_COLUMNS = RECORD_SCHEMA.names[: RECORD_SCHEMA.names.index("expire_timestamp_ms") + 1]
+_GROUP_ONLY = RECORD_SCHEMA.names[len(_COMMIT_COLUMNS) :]
 
 
 def records_from_rows(rows: pa.Table) -> pa.Table:
