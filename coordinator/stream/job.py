@@ -54,6 +54,8 @@ from coordinator.stream.settings import (
 from coordinator.stream.sink import BatchReport, DeltaSink, Housekeeping
 
 if TYPE_CHECKING:
+    import pyarrow as pa
+
     from coordinator.metrics.job import JobMetrics
 
 log = logging.getLogger("coordinator.job")
@@ -514,10 +516,10 @@ class BatchSink:
                 raise
         raise BatchAbandoned(batch_id, "java.lang.Thread.sleep")
 
-    def write(self, rows: Any, batch_id: int) -> BatchFigures:
-        """Write one batch's operator rows (an Arrow table, :data:`datafiles.OPERATOR_SCHEMA`)
-        as warehouse batch ``batch_id`` (base included)."""
-        batch = datafiles.BatchRows.split(rows)
+    def write(self, table: pa.Table, batch_id: int) -> BatchFigures:
+        """Write one batch's operator rows (:data:`datafiles.OPERATOR_SCHEMA`, as ``toArrow()``
+        gives them) as warehouse batch ``batch_id`` (base included)."""
+        batch = datafiles.BatchRows.split(table)
         list_groups = [parse(json.loads(line)) for line in batch.list_groups]
         report = self.sink.write_batch(
             batch_id,

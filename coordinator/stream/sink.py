@@ -245,9 +245,10 @@ class DeltaSink:
         ignored: the sink numbers them), as dicts or as the operator's columns
         (:data:`datafiles.RECORD_SCHEMA`, from :func:`datafiles.records_from_rows`);
         ``responses`` the engine's response dicts, or the operator's answers as columns
-        (:data:`datafiles.ANSWER_SCHEMA`, from :func:`datafiles.answers_from_bodies`); ``groups`` one summary per group touched, a ``Dead``
-        one deleting the group's row; ``emitted_at_ms`` is the batch's clock (Spark's batch
-        timestamp, the same on a replay), ``written_at_ms`` the wall clock of this write.
+        (:data:`datafiles.ANSWER_SCHEMA`, from :func:`datafiles.answers_from_bodies`);
+        ``groups`` one summary per group touched, a ``Dead`` one deleting the group's row;
+        ``emitted_at_ms`` is the batch's clock (Spark's batch timestamp, the same on a replay),
+        ``written_at_ms`` the wall clock of this write.
 
         With ``files`` (``job.sink.write=executors``), the rows of ``consumer_offsets``,
         ``rejected_requests``, ``group_history`` and ``responses`` are already in data files
