@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from coordinator.bench import sink as bench
+from coordinator.cli import main
 from coordinator.stream import datafiles
 
 
@@ -38,3 +39,8 @@ def test_the_report_has_every_way_of_every_kind() -> None:
         assert set(result.sink_parts[kind]) == {"split", "write"}
     report = bench.format_report(result)
     assert "per row/sink" in report and "commits" in report
+
+
+def test_an_unknown_kind_is_refused_with_what_is_known(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "sink", "--kinds", "answer"]) == 2
+    assert "answers and/or commits" in capsys.readouterr().err

@@ -524,9 +524,16 @@ def run_operator(args: argparse.Namespace) -> int:
 def run_sink(args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
-    from coordinator.bench.sink import SinkBenchOptions, format_report, sink_bench
+    from coordinator.bench.sink import KINDS, SinkBenchOptions, format_report, sink_bench
 
     kinds = tuple(k.strip() for k in args.kinds.split(",") if k.strip())
+    unknown = sorted(set(kinds) - set(KINDS))
+    if unknown or not kinds:
+        print(
+            f"bench sink: --kinds takes {' and/or '.join(KINDS)}, not {args.kinds!r}",
+            file=sys.stderr,
+        )
+        return 2
     result = sink_bench(SinkBenchOptions(args.rows, args.groups, args.rounds, kinds))
     print(json.dumps(asdict(result)) if args.json else format_report(result))
     return 0
