@@ -219,7 +219,7 @@ def test_records_read_the_short_way_or_the_general_one_equal_the_per_record_way(
     assert {"offset_commit", "group_metadata"} < kinds and len(kinds) > 3
 
 
-def test_the_record_columns_are_the_logs_and_the_short_ways_lead_them() -> None:
+def test_the_record_columns_are_the_logs_and_a_commit_leaves_the_groups_null() -> None:
     assert datafiles.RECORD_SCHEMA.names == [n for n in RECORD_FIELDS if n != "offset"]
     # An offset commit leaves a group's columns null (its own are checked above, value by
     # value, against the per-record way).
