@@ -45,7 +45,9 @@ from coordinator.stream.sink import DeltaSink
 
 #: The batch's clock on every row (any fixed time).
 BATCH_MS = 1_700_000_000_000
-KINDS = ("answers", "commits")
+#: The kinds of rows, and the table each is written to.
+TABLE_OF = {"answers": RESPONSES, "commits": CONSUMER_OFFSETS}
+KINDS = tuple(TABLE_OF)
 WAYS = ("sink", "per row", "floor")
 
 
@@ -155,11 +157,11 @@ def _time_ways(
 
     def per_row(batch_id: int) -> None:
         data = _per_row_tables(kind, table, batch_id)
-        _append(root / "per-row", data)
+        _append(root / "per-row", kind, data)
         finished[:] = [data]
 
     def floor(batch_id: int) -> None:
-        _append(root / "floor", finished[0])
+        _append(root / "floor", kind, finished[0])
 
     ways: dict[str, Callable[[int], None]] = {"sink": the_sink, "per row": per_row, "floor": floor}
     for batch_id in range(rounds):
@@ -170,10 +172,9 @@ def _time_ways(
     return times, parts
 
 
-def _append(path: Path, data: pa.Table) -> None:
-    """One append, partitioned as the sink's table of the same columns is."""
-    name = CONSUMER_OFFSETS if "offsets_partition" in data.column_names else RESPONSES
-    partition_by = schema.PARTITION_BY.get(name) or None
+def _append(path: Path, kind: str, data: pa.Table) -> None:
+    """One append, partitioned as the sink's table of ``kind``'s rows is."""
+    partition_by = schema.PARTITION_BY.get(TABLE_OF[kind]) or None
     write_deltalake(str(path), data, mode="append", partition_by=partition_by)
 
 

@@ -308,7 +308,7 @@ def answers_from_bodies(bodies: pa.Array | pa.ChunkedArray) -> pa.Table:
     column at once by one regular expression (Arrow's RE2) over each body's start; a body it
     does not fit (an escaped string, a request id of another type) is parsed with ``json``."""
     if isinstance(bodies, pa.ChunkedArray):
-        bodies = bodies.combine_chunks() if bodies.num_chunks else pa.array([], pa.string())
+        bodies = bodies.combine_chunks()
     if not len(bodies):
         return ANSWER_SCHEMA.empty_table()
     heads = pc.extract_regex(bodies, _ANSWER_HEAD)
