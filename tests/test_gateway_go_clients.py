@@ -66,13 +66,18 @@ def create_topic(bootstrap: str, topic: str) -> None:
 
 
 def produce(bootstrap: str, topic: str, values: list[bytes]) -> None:
+    """Round-robin over the partitions: librdkafka's sticky partitioner would put a burst of
+    keyless messages on as few as one partition, leaving others with nothing to commit."""
     from confluent_kafka import Producer
 
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "log_level": 0})
     failures: list[Any] = []
-    for value in values:
+    for i, value in enumerate(values):
         producer.produce(
-            topic, value, on_delivery=lambda error, _: error and failures.append(error)
+            topic,
+            value,
+            partition=i % PARTITIONS,
+            on_delivery=lambda error, _: error and failures.append(error),
         )
     assert producer.flush(WAIT_S) == 0 and failures == []
 
