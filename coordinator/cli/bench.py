@@ -167,6 +167,20 @@ def add_parser(subparsers: Any) -> None:
     )
     sink.add_argument("--json", action="store_true", help="print one JSON object")
     sink.set_defaults(run=run_sink)
+    workers = kinds.add_parser(
+        "workers",
+        help="one Python evaluation's cost to a Spark task, the JVM and its Python workers on "
+        "TCP against a UNIX domain socket (spark.python.unix.domain.socket.enabled)",
+    )
+    workers.add_argument("--partitions", type=int, default=2, help="tasks per query (2)")
+    workers.add_argument("--rows", type=int, default=100, help="rows per query (100)")
+    workers.add_argument("--keys", type=int, default=50, help="keys of the grouped query (50)")
+    workers.add_argument("--rounds", type=int, default=10, help="runs of each query (10)")
+    workers.add_argument(
+        "--sessions", type=int, default=2, help="SparkContexts per mode, alternating (2)"
+    )
+    workers.add_argument("--json", action="store_true", help="print one JSON object")
+    workers.set_defaults(run=run_workers)
     backlog = kinds.add_parser(
         "backlog",
         help="CPU per answered request by process (JVM, Python workers, driver) over a fixed "
@@ -536,6 +550,24 @@ def run_sink(args: argparse.Namespace) -> int:
         return 2
     result = sink_bench(SinkBenchOptions(args.rows, args.groups, args.rounds, kinds))
     print(json.dumps(asdict(result)) if args.json else format_report(result))
+    return 0
+
+
+def run_workers(args: argparse.Namespace) -> int:
+    from dataclasses import asdict
+
+    from coordinator.bench.workers import WorkersBenchOptions, format_report, workers_bench
+
+    options = WorkersBenchOptions(args.partitions, args.rows, args.keys, args.rounds, args.sessions)
+    result = workers_bench(options, progress=lambda message: print(message, file=sys.stderr))
+    print(json.dumps(asdict(result)) if args.json else format_report(result))
+    if not result.as_configured():
+        print(
+            "bench workers: the workers did not run as configured "
+            f"({result.workers_on_uds}): the figures do not compare the two modes",
+            file=sys.stderr,
+        )
+        return 1
     return 0
 
 
