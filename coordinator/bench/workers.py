@@ -5,12 +5,11 @@ Every micro-batch of the job runs Python in each task more than once: the inbox 
 then the state operator's new data, then its timeout pass (``applyInPandasWithState`` runs the
 function once over the keys with input and once more over the keys whose timeout passed, a
 second evaluation even when none did). On TCP, Spark's default, each evaluation of a few rows
-also waited about 40 ms: Linux's delayed acknowledgement. The JVM writes a task's command and
-data in several small writes. The socket runs Nagle's algorithm, so a small write is held
-until the one before it is acknowledged. The worker, having nothing to send back yet, holds
-that acknowledgement for up to 40 ms. A UNIX socket
+also waited about 40 ms, Linux's delayed-acknowledgement timer; on a UNIX socket
 (``spark.python.unix.domain.socket.enabled``, Spark 4.1 on, which ``conf/spark-defaults.conf``
-sets) has neither.
+sets) it does not. The likely mechanism (inferred, not traced): the JVM writes a task's command
+and data in several small writes, Nagle's algorithm holds each until the one before it is
+acknowledged, and the worker, having nothing to send back yet, delays that acknowledgement.
 
 This times, in one process, three queries over ``--partitions`` tasks of a few rows each:
 
