@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import os
 import statistics
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
@@ -93,27 +94,33 @@ def workers_bench(
     result = WorkersBenchResult(asdict(options))
     for mode in MODES:
         result.ms[mode] = {query: [] for query in QUERIES}
-    for session in range(options.sessions):
-        for mode, enabled in MODES.items():
-            if progress is not None:
-                progress(f"bench workers: session {session + 1} of {options.sessions}, {mode}")
-            spark = _session(options, enabled)
-            try:
-                uds = {row.uds for row in _queries(spark, options)["mode"]().collect()}
-                said = result.workers_on_uds.get(mode, True)
-                result.workers_on_uds[mode] = said and uds == {True}
-                _time_queries(spark, options, result.ms[mode])
-            finally:
-                spark.stop()
+    with tempfile.TemporaryDirectory(prefix="bench-workers-") as warehouse:
+        for session in range(options.sessions):
+            for mode, enabled in MODES.items():
+                if progress is not None:
+                    progress(f"bench workers: session {session + 1} of {options.sessions}, {mode}")
+                spark = _session(options, enabled, warehouse)
+                try:
+                    uds = {row.uds for row in _queries(spark, options)["mode"]().collect()}
+                    said = result.workers_on_uds.get(mode, True)
+                    result.workers_on_uds[mode] = said and uds == {True}
+                    _time_queries(spark, options, result.ms[mode])
+                finally:
+                    spark.stop()
     return result
 
 
-def _session(options: WorkersBenchOptions, enabled: str) -> Any:
+def _session(options: WorkersBenchOptions, enabled: str, warehouse: str) -> Any:
+    """A SparkSession with the job's settings and the workers' mode (its JVM log in
+    ``warehouse``)."""
     from coordinator.stream import job
     from coordinator.stream.settings import load_settings
 
     settings = load_settings(
-        [], values={"spark.python.unix.domain.socket.enabled": enabled}, shards=options.partitions
+        [],
+        values={"spark.python.unix.domain.socket.enabled": enabled},
+        shards=options.partitions,
+        warehouse=warehouse,
     )
     return job.spark_session(settings, app_name="bench-workers")
 
