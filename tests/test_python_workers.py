@@ -27,13 +27,22 @@ def _worker_mode(frames: Iterator[Any]) -> Iterator[Any]:
 
     for _ in frames:
         pass
-    yield pd.DataFrame({"uds": [os.environ.get("PYTHON_UNIX_DOMAIN_ENABLED", "").lower()]})
+    with open(f"/proc/{os.getppid()}/cmdline", "rb") as cmdline:
+        daemon = cmdline.read().replace(b"\0", b" ").decode()
+    uds = os.environ.get("PYTHON_UNIX_DOMAIN_ENABLED", "").lower()
+    yield pd.DataFrame({"uds": [uds], "daemon": [daemon]})
 
 
 def test_the_jobs_settings_put_the_python_workers_on_a_unix_socket(spark: Any) -> None:
-    assert load_settings([]).spark["spark.python.unix.domain.socket.enabled"] == "true"
-    frame = spark.range(0, 4, 1, 2).mapInPandas(_worker_mode, "uds string")
-    assert {row.uds for row in frame.collect()} == {"true"}
+    """And the workers are forked by the job's daemon, which ends a worker whose socket the JVM
+    closed without a traceback (``tests/test_spark_daemon.py``)."""
+    settings = load_settings([]).spark
+    assert settings["spark.python.unix.domain.socket.enabled"] == "true"
+    assert settings["spark.python.daemon.module"] == "coordinator.stream.spark_daemon"
+    frame = spark.range(0, 4, 1, 2).mapInPandas(_worker_mode, "uds string, daemon string")
+    rows = frame.collect()
+    assert {row.uds for row in rows} == {"true"}
+    assert all("-m coordinator.stream.spark_daemon" in row.daemon for row in rows), rows
 
 
 def test_the_workers_bench_times_both_modes_and_checks_each_took_effect() -> None:

@@ -1,0 +1,54 @@
+"""PySpark's Python daemon (``spark.python.daemon.module``), silent when the JVM has already
+closed a worker's connection.
+
+Spark starts one daemon per executor (``python -m <module>``), and the daemon forks the Python
+workers that run the job's tasks. This module is :mod:`pyspark.daemon` with one change: a worker
+whose last write fails because the JVM closed the connection (``BrokenPipeError``,
+``ConnectionResetError``) exits without a traceback.
+
+Why: with ``spark.python.daemon.killWorkerOnFlushFailure`` (Spark 4.1 on, the default), a
+failed flush is raised out of the worker, and the daemon prints its traceback on stderr. That
+can happen at any stop of a SparkContext whose workers are on a UNIX socket
+(``spark.python.unix.domain.socket.enabled``, which ``conf/spark-defaults.conf`` sets): the
+JVM closes the idle workers' sockets, and a worker woken by the end of its input writes an
+error report and flushes it, unless the daemon's hang-up signal ends it first. On a UNIX
+socket that flush fails at once; TCP accepts the first write after the peer's close, so the
+failure stays unseen there. So a clean stop of the job sometimes printed a traceback, and the
+job's clean-stop test caught one in CI.
+
+The worker still ends just as it did: the daemon's loop sees a failure code, waits for the
+connection to close, and the worker exits instead of being reused. Only the traceback goes,
+and only for a connection the JVM closed, which nothing is left to report to. Any other
+exception propagates as before.
+
+The module imports :mod:`coordinator` only through its package (the engine: no pandas, pyarrow
+or threads, which the daemon must not start before it forks).
+"""
+
+from __future__ import annotations
+
+import socket
+from typing import Any
+
+import pyspark.daemon as _daemon
+
+#: PySpark's own worker loop, which this wraps.
+_spark_worker = _daemon.worker
+
+#: The failures that mean the JVM has closed the worker's connection.
+CLOSED_BY_THE_JVM = (BrokenPipeError, ConnectionResetError)
+
+
+def worker(sock: socket.socket, authenticated: bool) -> Any:
+    """:func:`pyspark.daemon.worker`, returning a failure code (the worker then exits) instead
+    of raising when the JVM has closed the connection."""
+    try:
+        return _spark_worker(sock, authenticated)
+    except CLOSED_BY_THE_JVM:
+        return 1
+
+
+_daemon.worker = worker
+
+if __name__ == "__main__":
+    _daemon.manager()

@@ -1,0 +1,107 @@
+"""The job's PySpark daemon (``coordinator/stream/spark_daemon.py``): a worker whose UNIX socket
+the JVM closed exits without a traceback, where PySpark's own daemon prints one.
+
+Each test plays the JVM's part against a real daemon process: it reads the daemon's socket path
+from its stdout, connects as the JVM does to get a worker, reads the worker's pid, and closes
+the connection, as the JVM closes its idle workers' sockets when a SparkContext stops."""
+
+from __future__ import annotations
+
+import os
+import socket
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from coordinator.stream import spark_daemon
+
+ROOT = Path(__file__).resolve().parents[1]
+BOUND_S = 60.0
+
+
+def _gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+def closed_idle_worker(module: str, tmp_path: Path) -> tuple[int, str]:
+    """The daemon ``module``'s stderr after one of its workers had its connection closed
+    before any task, and that worker's pid."""
+    env = dict(
+        os.environ,
+        PYTHON_UNIX_DOMAIN_ENABLED="true",
+        PYTHON_WORKER_FACTORY_SOCK_DIR=str(tmp_path),
+        SPARK_REUSE_WORKER="1",
+        # What the JVM sets with spark.python.daemon.killWorkerOnFlushFailure (the default).
+        PYTHON_DAEMON_KILL_WORKER_ON_FLUSH_FAILURE="true",
+    )
+    daemon = subprocess.Popen(
+        [sys.executable, "-m", module],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        cwd=ROOT,
+    )
+    try:
+        assert daemon.stdout is not None
+        (length,) = struct.unpack(">i", daemon.stdout.read(4))
+        path = daemon.stdout.read(length).decode()
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
+            connection.connect(path)
+            (pid,) = struct.unpack(">i", connection.recv(4))
+        deadline = time.monotonic() + BOUND_S
+        while not _gone(pid):
+            assert time.monotonic() < deadline, f"worker {pid} still running after {BOUND_S} s"
+            time.sleep(0.01)
+        # Closing its stdin (communicate does) is the JVM's stop: the daemon shuts down.
+        _, stderr = daemon.communicate(timeout=BOUND_S)
+        return pid, stderr.decode()
+    finally:
+        if daemon.poll() is None:
+            daemon.kill()
+            daemon.wait()
+
+
+def test_pysparks_own_daemon_prints_a_traceback_for_it(tmp_path: Path) -> None:
+    """The behaviour the job's daemon exists for. When a PySpark release stops printing this,
+    this test fails, and the job's daemon can go."""
+    _, stderr = closed_idle_worker("pyspark.daemon", tmp_path)
+    assert "Traceback" in stderr and "BrokenPipeError" in stderr, stderr
+
+
+def test_the_jobs_daemon_ends_the_worker_quietly(tmp_path: Path) -> None:
+    pid, stderr = closed_idle_worker("coordinator.stream.spark_daemon", tmp_path)
+    assert _gone(pid)
+    assert stderr == ""
+
+
+def test_any_other_failure_of_a_worker_still_propagates(monkeypatch: pytest.MonkeyPatch) -> None:
+    def fails(sock: socket.socket, authenticated: bool) -> int:
+        raise ValueError("not a closed connection")
+
+    monkeypatch.setattr(spark_daemon, "_spark_worker", fails)
+    with socket.socket() as sock, pytest.raises(ValueError, match="not a closed connection"):
+        spark_daemon.worker(sock, True)
+
+
+@pytest.mark.parametrize("error", spark_daemon.CLOSED_BY_THE_JVM)
+def test_a_closed_connection_is_a_failure_code(
+    monkeypatch: pytest.MonkeyPatch, error: type[OSError]
+) -> None:
+    def closed(sock: socket.socket, authenticated: bool) -> int:
+        raise error()
+
+    monkeypatch.setattr(spark_daemon, "_spark_worker", closed)
+    import pyspark.daemon
+
+    assert pyspark.daemon.worker is spark_daemon.worker  # what the daemon's loop calls
+    with socket.socket() as sock:
+        assert spark_daemon.worker(sock, True) == 1
