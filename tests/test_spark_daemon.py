@@ -8,10 +8,12 @@ the connection, as the JVM closes its idle workers' sockets when a SparkContext 
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import struct
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -31,13 +33,16 @@ def _gone(pid: int) -> bool:
         return True
 
 
-def closed_idle_worker(module: str, tmp_path: Path) -> tuple[int, str]:
+def closed_idle_worker(module: str) -> tuple[int, str]:
     """The daemon ``module``'s stderr after one of its workers had its connection closed
     before any task, and that worker's pid."""
+    # A UNIX socket's path holds at most 107 bytes, and the daemon's is this directory plus
+    # 43: pytest's own temporary directories can be too long.
+    sockets = tempfile.mkdtemp(prefix="daemon-", dir="/tmp")
     env = dict(
         os.environ,
         PYTHON_UNIX_DOMAIN_ENABLED="true",
-        PYTHON_WORKER_FACTORY_SOCK_DIR=str(tmp_path),
+        PYTHON_WORKER_FACTORY_SOCK_DIR=sockets,
         SPARK_REUSE_WORKER="1",
         # What the JVM sets with spark.python.daemon.killWorkerOnFlushFailure (the default).
         PYTHON_DAEMON_KILL_WORKER_ON_FLUSH_FAILURE="true",
@@ -52,7 +57,11 @@ def closed_idle_worker(module: str, tmp_path: Path) -> tuple[int, str]:
     )
     try:
         assert daemon.stdout is not None
-        (length,) = struct.unpack(">i", daemon.stdout.read(4))
+        prefix = daemon.stdout.read(4)
+        if len(prefix) < 4:
+            _, stderr = daemon.communicate(timeout=BOUND_S)
+            raise AssertionError(f"the daemon said no socket path: {stderr.decode()[-3000:]}")
+        (length,) = struct.unpack(">i", prefix)
         path = daemon.stdout.read(length).decode()
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
             connection.connect(path)
@@ -68,17 +77,18 @@ def closed_idle_worker(module: str, tmp_path: Path) -> tuple[int, str]:
         if daemon.poll() is None:
             daemon.kill()
             daemon.wait()
+        shutil.rmtree(sockets, ignore_errors=True)
 
 
-def test_pysparks_own_daemon_prints_a_traceback_for_it(tmp_path: Path) -> None:
+def test_pysparks_own_daemon_prints_a_traceback_for_it() -> None:
     """The behaviour the job's daemon exists for. When a PySpark release stops printing this,
     this test fails, and the job's daemon can go."""
-    _, stderr = closed_idle_worker("pyspark.daemon", tmp_path)
+    _, stderr = closed_idle_worker("pyspark.daemon")
     assert "Traceback" in stderr and "BrokenPipeError" in stderr, stderr
 
 
-def test_the_jobs_daemon_ends_the_worker_quietly(tmp_path: Path) -> None:
-    pid, stderr = closed_idle_worker("coordinator.stream.spark_daemon", tmp_path)
+def test_the_jobs_daemon_ends_the_worker_quietly() -> None:
+    pid, stderr = closed_idle_worker(spark_daemon.MODULE)
     assert _gone(pid)
     assert stderr == ""
 
@@ -100,8 +110,15 @@ def test_a_closed_connection_is_a_failure_code(
         raise error()
 
     monkeypatch.setattr(spark_daemon, "_spark_worker", closed)
-    import pyspark.daemon
-
-    assert pyspark.daemon.worker is spark_daemon.worker  # what the daemon's loop calls
     with socket.socket() as sock:
         assert spark_daemon.worker(sock, True) == 1
+
+
+def test_the_benches_tell_a_daemons_processes_by_their_command_line() -> None:
+    python = "/venv/bin/python -m"
+    assert spark_daemon.is_daemon_process(f"{python} {spark_daemon.MODULE} pyspark.worker")
+    assert spark_daemon.is_daemon_process(f"{python} pyspark.daemon pyspark.worker")
+    assert spark_daemon.is_daemon_process(f"{python} pyspark.daemon", "pyspark.worker") is False
+    assert spark_daemon.is_daemon_process(f"{python} pyspark.daemon")
+    assert not spark_daemon.is_daemon_process(f"{python} pyspark.daemonic pyspark.worker")
+    assert not spark_daemon.is_daemon_process(f"{python} coordinator run")

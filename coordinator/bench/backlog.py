@@ -9,8 +9,8 @@ answered, and reports the CPU time each kind of process spent meanwhile per answ
 
 - ``jvm``: the driver's JVM, which in ``local[N]`` runs the tasks too (its own threads; the
   ``chmod`` children Hadoop starts are not counted);
-- ``python_workers``: PySpark's Python workers (``pyspark.daemon pyspark.worker`` and the
-  workers it forks): the source's reads and the state function, with PySpark's Arrow and
+- ``python_workers``: PySpark's Python workers (the daemon of ``pyspark.worker``, the job's
+  :mod:`coordinator.stream.spark_daemon` or PySpark's own, and the workers it forks): the source's reads and the state function, with PySpark's Arrow and
   pandas conversions around them;
 - ``other_python``: PySpark's other Python processes (the streaming source's planner, the data
   source lookups at a query's start);
@@ -44,7 +44,7 @@ from typing import Any
 from coordinator.bench import stream as stream_bench
 from coordinator.bench.soak import Process, descendants, processes
 from coordinator.bench.stream_members import Member
-from coordinator.stream import job
+from coordinator.stream import job, spark_daemon
 from coordinator.stream.client import StreamClient
 from coordinator.stream.settings import SOURCE_LINES, load_settings
 
@@ -91,7 +91,9 @@ def _kind(pid: int, me: int, process: Process) -> str:
     if process.name == "java":
         return "jvm"
     return (
-        "python_workers" if "pyspark.daemon pyspark.worker" in process.cmdline else "other_python"
+        "python_workers"
+        if spark_daemon.is_daemon_process(process.cmdline, "pyspark.worker")
+        else "other_python"
     )
 
 

@@ -27,8 +27,8 @@ in about 70 files a second: over 60 minutes, more than 2,000,000 requests and 20
 files, with room for the restarts' outages.
 
 **One row per sample** (every 5 minutes by default), each over the interval since the previous
-one: RSS of the job's driver (Python), its JVM and its Python workers (``pyspark.daemon``,
-summed), and the JVM heap in use after a full GC (``jcmd GC.run``, then ``GC.heap_info``);
+one: RSS of the job's driver (Python), its JVM and its Python workers (Spark's Python daemons
+and their workers, summed), and the JVM heap in use after a full GC (``jcmd GC.run``, then ``GC.heap_info``);
 checkpoint bytes (and state store), per Delta table its live files (in the current version),
 data files and bytes on disk, ``_delta_log`` files and bytes; ``archive/`` and the whole
 warehouse on disk; micro-batches with input and their duration p50/p99 (the job's own log
@@ -84,6 +84,7 @@ from coordinator.client.member import GroupMember, MemberConfig, MemberState
 from coordinator.client.simulation import MemberLink
 from coordinator.client.transport import Callback, SystemClock
 from coordinator.errors import Error
+from coordinator.stream import spark_daemon
 from coordinator.stream.client import StreamClient
 from coordinator.stream.schema import TABLES, Warehouse
 from coordinator.stream.transport import StreamTransport
@@ -369,7 +370,7 @@ def job_memory(session: int, after_gc: bool, heap: bool = True) -> dict[str, flo
     the JVM's heap in use (``heap``: ``jcmd`` is a JVM of its own, too heavy for each peek)."""
     procs = session_processes(session)
     jvms = [pid for pid, cmd in procs.items() if cmd.split(" ", 1)[0].endswith("java")]
-    workers = [pid for pid, cmd in procs.items() if "pyspark.daemon" in cmd]
+    workers = [pid for pid, cmd in procs.items() if spark_daemon.is_daemon_process(cmd)]
     return {
         "driver_rss_mb": _rss_mb(session) if session in procs else None,
         "jvm_rss_mb": sum(_rss_mb(p) for p in jvms) if jvms else None,

@@ -22,33 +22,56 @@ and only for a connection the JVM closed, which nothing is left to report to. An
 exception propagates as before.
 
 The module imports :mod:`coordinator` only through its package (the engine: no pandas, pyarrow
-or threads, which the daemon must not start before it forks).
+or threads, which the daemon must not start before it forks), and PySpark's daemon only when it
+runs as one (:func:`main`): the benches import it to tell the workers' processes apart.
 """
 
 from __future__ import annotations
 
 import socket
+from collections.abc import Callable
 from typing import Any
 
-import pyspark.daemon as _daemon
-
-#: PySpark's own worker loop, which this wraps.
-_spark_worker = _daemon.worker
+#: This module's name, as ``spark.python.daemon.module`` names it.
+MODULE = "coordinator.stream.spark_daemon"
+#: The modules a Spark Python daemon runs as: this one, or PySpark's own (a session that names
+#: none). The workers it forks keep its command line (``python -m <module> pyspark.worker``).
+DAEMON_MODULES = (MODULE, "pyspark.daemon")
 
 #: The failures that mean the JVM has closed the worker's connection.
 CLOSED_BY_THE_JVM = (BrokenPipeError, ConnectionResetError)
+
+#: PySpark's own worker loop, which :func:`worker` wraps (set by :func:`main`).
+_spark_worker: Callable[[socket.socket, bool], Any] | None = None
+
+
+def is_daemon_process(cmdline: str, worker_module: str | None = None) -> bool:
+    """Whether a process's command line (its arguments joined by spaces) is a Spark Python
+    daemon's or a worker's it forked; with ``worker_module``, only of that module's daemon
+    (``pyspark.worker``: the tasks' workers)."""
+    tail = "" if worker_module is None else f" {worker_module}"
+    return any(f"-m {module}{tail} " in f"{cmdline} " for module in DAEMON_MODULES)
 
 
 def worker(sock: socket.socket, authenticated: bool) -> Any:
     """:func:`pyspark.daemon.worker`, returning a failure code (the worker then exits) instead
     of raising when the JVM has closed the connection."""
+    assert _spark_worker is not None, "run as the daemon (main), which sets PySpark's loop"
     try:
         return _spark_worker(sock, authenticated)
     except CLOSED_BY_THE_JVM:
         return 1
 
 
-_daemon.worker = worker
+def main() -> None:
+    """PySpark's daemon with :func:`worker` in place of its own worker loop."""
+    global _spark_worker
+    import pyspark.daemon as daemon
+
+    _spark_worker = daemon.worker
+    daemon.worker = worker
+    daemon.manager()
+
 
 if __name__ == "__main__":
-    _daemon.manager()
+    main()
