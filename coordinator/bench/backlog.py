@@ -10,8 +10,9 @@ answered, and reports the CPU time each kind of process spent meanwhile per answ
 - ``jvm``: the driver's JVM, which in ``local[N]`` runs the tasks too (its own threads; the
   ``chmod`` children Hadoop starts are not counted);
 - ``python_workers``: PySpark's Python workers (the daemon of ``pyspark.worker``, the job's
-  :mod:`coordinator.stream.spark_daemon` or PySpark's own, and the workers it forks): the source's reads and the state function, with PySpark's Arrow and
-  pandas conversions around them;
+  :mod:`coordinator.stream.spark_daemon` or PySpark's own, and the workers it forks): the
+  source's reads and the state function, with PySpark's Arrow and pandas conversions around
+  them;
 - ``other_python``: PySpark's other Python processes (the streaming source's planner, the data
   source lookups at a query's start);
 - ``driver``: this process (the sink's Delta writes, the progress listener, and this bench's
