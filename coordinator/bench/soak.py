@@ -26,14 +26,14 @@ commit per member per second, files of at most 10 requests) offer about 700 requ
 in about 70 files a second: over 60 minutes, more than 2,000,000 requests and 200,000 request
 files, with room for the restarts' outages.
 
-**One row per sample** (every 5 minutes by default), each over the interval since the previous
-one: RSS of the job's driver (Python), its JVM and its Python workers (Spark's Python daemons
-and their workers, summed), and the JVM heap in use after a full GC (``jcmd GC.run``, then
-``GC.heap_info``); checkpoint bytes (and state store), per Delta table its live files (in the
-current version), data files and bytes on disk, ``_delta_log`` files and bytes; ``archive/`` and the whole
-warehouse on disk; micro-batches with input and their duration p50/p99 (the job's own log
-lines); requests sent, files written, round trip p50/p99 (member ``send`` -> callback) and
-timeouts; crashes so far and the job's run number.
+**One row per sample** (every 5 minutes by default), each over the interval since the previous one:
+RSS of the job's driver (Python), its JVM and its Python workers (Spark's Python daemons and their
+workers, summed), and the JVM heap in use after a full GC (``jcmd GC.run``, then ``GC.heap_info``);
+checkpoint bytes (and state store), per Delta table its live files (in the current version), data
+files and bytes on disk, ``_delta_log`` files and bytes; ``archive/`` and the whole warehouse on
+disk; micro-batches with input and their duration p50/p99 (the job's own log lines); requests sent,
+files written, round trip p50/p99 (member ``send`` -> callback) and timeouts; crashes so far and
+the job's run number.
 
 Between samples, every ``peek_every_s`` (30 s), a thread reads the sizes and the RSS again,
 and each row keeps their **peak** over its interval (``peaks``): compaction (every 100
