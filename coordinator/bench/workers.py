@@ -101,10 +101,11 @@ def workers_bench(
                     progress(f"bench workers: session {session + 1} of {options.sessions}, {mode}")
                 spark = _session(options, enabled, warehouse)
                 try:
-                    uds = {row.uds for row in _queries(spark, options)["mode"]().collect()}
+                    queries = _queries(spark, options)
+                    uds = {row.uds for row in queries["mode"]().collect()}
                     said = result.workers_on_uds.get(mode, True)
                     result.workers_on_uds[mode] = said and uds == {True}
-                    _time_queries(spark, options, result.ms[mode])
+                    _time_queries(queries, options.rounds, result.ms[mode])
                 finally:
                     spark.stop()
     return result
@@ -138,11 +139,12 @@ def _queries(spark: Any, options: WorkersBenchOptions) -> dict[str, Callable[[],
     }
 
 
-def _time_queries(spark: Any, options: WorkersBenchOptions, into: dict[str, list[float]]) -> None:
-    queries = _queries(spark, options)
+def _time_queries(
+    queries: dict[str, Callable[[], Any]], rounds: int, into: dict[str, list[float]]
+) -> None:
     for query in QUERIES:
         queries[query]().collect()  # warm-up: the plan, the workers' imports
-    for _ in range(options.rounds):
+    for _ in range(rounds):
         for query in QUERIES:
             started = time.perf_counter()
             queries[query]().collect()
@@ -159,15 +161,13 @@ def format_report(result: WorkersBenchResult) -> str:
         f"{'query':10s} {'tcp':>8s} {'uds':>8s} {'tcp/uds':>8s} "
         f"{'tcp-floor':>10s} {'uds-floor':>10s}",
     ]
+    tcp_floor, uds_floor = result.median("tcp", "floor"), result.median("uds", "floor")
     for query in QUERIES:
         tcp, uds = result.median("tcp", query), result.median("uds", query)
-        above = (
-            (tcp - result.median("tcp", "floor"), uds - result.median("uds", "floor"))
-            if query != "floor"
-            else None
-        )
-        extra = f" {above[0]:10.1f} {above[1]:10.1f}" if above else ""
-        lines.append(f"{query:10s} {tcp:8.1f} {uds:8.1f} {tcp / uds:8.2f}{extra}")
+        line = f"{query:10s} {tcp:8.1f} {uds:8.1f} {tcp / uds:8.2f}"
+        if query != "floor":
+            line += f" {tcp - tcp_floor:10.1f} {uds - uds_floor:10.1f}"
+        lines.append(line)
     said = ", ".join(
         f"{mode}: {'a UNIX socket' if on else 'TCP'}" for mode, on in result.workers_on_uds.items()
     )
