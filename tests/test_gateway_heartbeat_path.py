@@ -6,7 +6,8 @@ member's instance id, an empty group id, a group rebalancing; and it leaves to t
 what it does not serve (a session not authenticated yet, a principal the ACLs deny, a frame the
 fast path does not read). A member's heartbeat in its generation is served in place by the
 engine (``EmbeddedBackend.heartbeat_in_place``), never ahead of answers held for the log, and a
-read of one whole Heartbeat frame is answered from the connection's ``data_received``."""
+read of one whole Heartbeat frame is answered from the connection's ``data_received``, and the
+same heartbeat again (but for its correlation id) is not read again."""
 
 from __future__ import annotations
 
@@ -19,11 +20,18 @@ from typing import Any
 import pytest
 
 from coordinator.config import CoordinatorConfig
-from coordinator.gateway import apis, codec, fastpath
+from coordinator.gateway import apis, codec, embedded, fastpath
 from coordinator.gateway.connection import Connection
 from coordinator.gateway.embedded import EmbeddedBackend
 from coordinator.gateway.security.session import GatewaySecurity
 from coordinator.gateway.server import Gateway
+from coordinator.security.acl import (
+    AclBinding,
+    Operation,
+    PatternType,
+    Permission,
+    ResourceType,
+)
 from coordinator.security.settings import parse
 from tests.connection_support import connect, run
 from tests.gateway_support import TOPICS
@@ -213,12 +221,14 @@ def test_a_member_s_heartbeat_is_served_in_place_by_the_engine(monkeypatch: pyte
             general = _done(gateway.answer(frame, connection))
             with monkeypatch.context() as patch:
                 _no_general_way(gateway, patch)
-                short = gateway.heartbeat_now(frame, connection, in_place_only=True)
+                served = gateway.heartbeat_in_place(frame, connection.session)
+            assert served is not None
+            short = served[0]
             assert short == general
             assert _error(short, version) == 0
         # a fenced instance id is not served in place: the general way answers it
         fenced = _heartbeat(high, 50, member_id="other", group_instance_id="i1")
-        assert gateway.heartbeat_now(fenced, connection, in_place_only=True) is None
+        assert gateway.heartbeat_in_place(fenced, connection.session) is None
         assert _error(_done(gateway.answer(fenced, connection)), high) == FENCED_INSTANCE_ID
 
     run(test)
@@ -300,6 +310,130 @@ def test_a_heartbeat_is_not_answered_before_answers_held_for_the_log(tmp_path: P
         assert answered == ["commit", "heartbeat"]
         assert _error(beat.result(), 4) == 0
         # once written, the next heartbeat is served in place again
-        assert isinstance(gateway.heartbeat_now(frame, connection, in_place_only=True), bytes)
+        assert gateway.heartbeat_in_place(frame, connection.session) is not None
 
     run(test, backend=backend)
+
+
+def _framed(frame: bytes) -> bytes:
+    return struct.pack(">i", len(frame)) + frame
+
+
+def test_the_same_heartbeat_again_is_served_without_reading_it_again(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    """A read that repeats the connection's last heartbeat served in place, byte for byte but
+    for its correlation id (a member's every heartbeat while its generation lasts), is served
+    without the fast path's reader, with what the general way answers: its own correlation id,
+    the member's session re-armed at the read's clock; and when the group rebalances, it goes
+    the general way as any heartbeat."""
+    clock = [1_000_000]
+    monkeypatch.setattr(embedded, "wall_clock_ms", lambda: clock[0])
+
+    async def test(gateway: Gateway) -> None:
+        connection, transport = connect(gateway)
+        member, generation = await _stable_member(gateway)
+        group = gateway.backend.engine._groups["g"]  # type: ignore[attr-defined]
+
+        def session_deadline() -> int:
+            return int(group.timers[f"heartbeat-{member}"].deadline_ms)
+
+        first = _heartbeat(4, 11, member_id=member, generation_id=generation)
+        connection.data_received(_framed(first))  # read, and remembered
+        assert _error(_framed(transport.answers()[-1]), 4) == 0
+        with monkeypatch.context() as patch:
+
+            def no_reading(*_: Any) -> None:
+                raise AssertionError("read again")
+
+            patch.setattr(fastpath, "read_heartbeat", no_reading)
+            patch.setattr(fastpath, "read_request", no_reading)
+            for correlation_id in (12, 13, -5, 2**31 - 1):
+                clock[0] += 1_000
+                again = _heartbeat(4, correlation_id, member_id=member, generation_id=generation)
+                connection.data_received(_framed(again))
+                answer = transport.answers()[-1]
+                assert codec.decode_response(codec.HEARTBEAT, 4, answer)[0] == correlation_id
+                assert _error(_framed(answer), 4) == 0
+                assert session_deadline() == clock[0] + 10_000
+        general = _done(gateway.answer(_heartbeat(4, 14, member_id=member), connection))
+        connection.data_received(_framed(_heartbeat(4, 14, member_id=member)))
+        assert _framed(transport.answers()[-1]) == general
+        # a second member joins: the group rebalances, and the same heartbeat is told so
+        joining = asyncio.ensure_future(_join(gateway))
+        for _ in range(100):
+            await asyncio.sleep(0)
+        repeat = _heartbeat(4, 16, member_id=member, generation_id=generation)
+        general = _done(gateway.answer(_heartbeat(4, 16, member_id=member), connection))
+        connection.data_received(_framed(repeat))
+        assert _framed(transport.answers()[-1]) == general
+        assert _error(general, 4) == REBALANCE_IN_PROGRESS
+        joining.cancel()
+        await asyncio.gather(joining, return_exceptions=True)
+
+    run(test)
+
+
+def test_a_read_unlike_the_last_heartbeat_in_any_other_byte_is_read_afresh():
+    """The connection that remembers a heartbeat answers every read as one that does not:
+    the heartbeat with any one byte changed (but its correlation id), cut short or with bytes
+    after it (for each, what a connection with nothing remembered writes, or its closing)."""
+
+    async def test(gateway: Gateway) -> None:
+        member, generation = await _stable_member(gateway)
+        frame = _framed(_heartbeat(4, 11, member_id=member, generation_id=generation))
+        reads = [
+            frame[:i] + bytes([frame[i] ^ x]) + frame[i + 1 :]
+            for i in range(len(frame))
+            if not 8 <= i < 12
+            for x in (0x01, 0x80)
+        ]
+        reads += [frame[:-1], frame + frame[:5], frame + frame, frame[:4] + frame[4:] + b"\0"]
+        for read in reads:
+            outcomes = []
+            for remember in (True, False):
+                connection, transport = connect(gateway)
+                connection.data_received(frame)
+                assert (connection._heard is not None) is True
+                if not remember:
+                    connection._heard = None
+                before = len(transport.written)
+                connection.data_received(read)
+                await asyncio.sleep(0)
+                outcomes.append((bytes(transport.written[before:]), transport.closing))
+                transport.close()
+            assert outcomes[0] == outcomes[1], read
+
+    run(test)
+
+
+def test_the_same_heartbeat_again_is_authorized_again():
+    """The ACLs are checked for every heartbeat, the same one again included: once an ACL
+    denies the group, the next is answered GROUP_AUTHORIZATION_FAILED."""
+    security = GatewaySecurity(parse({"authorizer.class.name": "x"}))
+
+    def acl(permission: Permission) -> AclBinding:
+        return AclBinding(
+            ResourceType.GROUP,
+            "g",
+            PatternType.LITERAL,
+            "User:ANONYMOUS",
+            "*",
+            Operation.READ,
+            permission,
+        )
+
+    async def test(gateway: Gateway) -> None:
+        security.store.add_acls([acl(Permission.ALLOW)])
+        connection, transport = connect(gateway)
+        member, generation = await _stable_member(gateway)
+        for correlation_id in (1, 2):
+            again = _heartbeat(4, correlation_id, member_id=member, generation_id=generation)
+            connection.data_received(_framed(again))
+            assert _error(_framed(transport.answers()[-1]), 4) == 0
+        assert connection._heard is not None
+        security.store.add_acls([acl(Permission.DENY)])
+        connection.data_received(_framed(_heartbeat(4, 3, member_id=member)))
+        assert _error(_framed(transport.answers()[-1]), 4) == GROUP_AUTHORIZATION_FAILED
+
+    run(test, security=security)

@@ -70,6 +70,7 @@ from typing import TYPE_CHECKING, Any
 
 from coordinator.gateway.apis import SINGLE_SUBMIT
 from coordinator.gateway.codec import FrameError
+from coordinator.gateway.fastpath import ShortHeartbeat
 from coordinator.gateway.security.session import SASL_MAX_RECEIVE_BYTES, Session
 from coordinator.gateway.upstream import ClientLink
 from coordinator.security.settings import Listener
@@ -174,6 +175,10 @@ class Connection(asyncio.Protocol):
         self.close_after_answer = False
         self.bad_input = False
         self._last_active = 0.0
+        #: the last heartbeat served in place from a read of it alone: (the read's length, its
+        #: first 8 bytes (size, API key, version), its bytes after the correlation id, and what
+        #: the fast path read of it), so the same heartbeat is not read again
+        self._heard: tuple[int, bytes, bytes, ShortHeartbeat] | None = None
         self._idle: asyncio.TimerHandle | None = None
         self._loop = asyncio.get_running_loop()
         self.lost: asyncio.Future[None] = self._loop.create_future()
@@ -203,19 +208,37 @@ class Connection(asyncio.Protocol):
         if not self._in_flight and not self._buf and not self._write_paused:
             # The commonest read of all: one whole Heartbeat frame, which the engine serves in
             # place (what _serve_buffered and _serve would do with it, in one step).
+            heard = self._heard
             if (
-                data[4:6] == _HEARTBEAT
-                and len(data) - 4 == _SIZE.unpack_from(data)[0] <= self.gateway.max_request_bytes
-                and self.gateway.answers_now is not None
+                heard is not None
+                and len(data) == heard[0]
+                and data.startswith(heard[1])
+                and data.endswith(heard[2])
             ):
+                # The last heartbeat served in place, again but for its correlation id (a
+                # member's every heartbeat while its generation lasts): read as it was read.
                 try:
-                    made = self.gateway.heartbeat_now(data[4:], self, in_place_only=True)
+                    made = self.gateway.heartbeat_again(heard[3], data[8:12], self.session)
                 except Exception as exc:  # as _serve_buffered fails it: nothing is in flight
                     self._fail(exc)
                     return
                 if made is not None:
                     self._last_active = self._loop.time()
-                    self.transport.write(made)  # type: ignore[union-attr,arg-type]
+                    self.transport.write(made)  # type: ignore[union-attr]
+                    return
+            elif (
+                data[4:6] == _HEARTBEAT
+                and len(data) - 4 == _SIZE.unpack_from(data)[0] <= self.gateway.max_request_bytes
+            ):
+                try:
+                    served = self.gateway.heartbeat_in_place(data[4:], self.session)
+                except Exception as exc:  # as _serve_buffered fails it: nothing is in flight
+                    self._fail(exc)
+                    return
+                if served is not None:
+                    self._heard = (len(data), data[:8], data[12:], served[1])
+                    self._last_active = self._loop.time()
+                    self.transport.write(served[0])  # type: ignore[union-attr]
                     return
             self._serve_buffered(data)  # the usual case: whole frames, nothing before them
             return

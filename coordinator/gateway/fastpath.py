@@ -468,7 +468,12 @@ _INT16 = struct.Struct(">h")
 _INT32 = struct.Struct(">i")
 
 
-def read_heartbeat(frame: bytes) -> tuple[int, int, str, int, str, str | None] | None:
+#: What :func:`read_heartbeat` reads: (version, correlation id, group id, generation id, member
+#: id, instance id).
+ShortHeartbeat = tuple[int, int, str, int, str, str | None]
+
+
+def read_heartbeat(frame: bytes) -> ShortHeartbeat | None:
     """(version, correlation id, group id, generation id, member id, instance id) of a
     Heartbeat frame (no size prefix) whose ids are shorter than 127 bytes, each exactly as
     :func:`read_request` reads it; None for any other frame, which :func:`read_request` then

@@ -46,7 +46,7 @@ from coordinator.gateway.backend import Backend, cannot_serve
 from coordinator.gateway.connection import DEFAULT_MAX_IN_FLIGHT, Answer, Connection
 from coordinator.gateway.log_topic import LOG_TOPIC, LogTopic, for_backend
 from coordinator.gateway.security import enforce
-from coordinator.gateway.security.session import GatewaySecurity
+from coordinator.gateway.security.session import GatewaySecurity, Session
 from coordinator.gateway.upstream import LOCAL, LogTopicShape, Upstream
 from coordinator.security.settings import Listener
 
@@ -359,18 +359,12 @@ class Gateway:
             metrics.answered(request.api_key, answer, time.perf_counter() - started)
         return response
 
-    def heartbeat_now(
-        self, frame: bytes, connection: Connection, in_place_only: bool = False
-    ) -> bytes | Answer | None:
+    def heartbeat_now(self, frame: bytes, connection: Connection) -> bytes | Answer | None:
         """A Heartbeat frame served the short way, as :meth:`answer` serves it: its framed
         answer when the back end gives it at once, a coroutine for it when it waits; None,
         having done nothing, for any frame this does not serve (another API, a frame the fast
         path does not read or the fast path off, a session not authenticated, a principal the
-        ACLs deny), which :meth:`answer` then serves. Only with :attr:`answers_now`.
-
-        ``in_place_only``: only a heartbeat the back end's engine serves in place (its
-        ``heartbeat_in_place``: a member in its generation), else None, having done nothing;
-        never a coroutine (a connection's read with nothing else to do, :mod:`~.connection`)."""
+        ACLs deny), which :meth:`answer` then serves. Only with :attr:`answers_now`."""
         answer_now = self.answers_now
         session = connection.session
         if answer_now is None or session is None or not session.authenticated:
@@ -378,17 +372,11 @@ class Gateway:
         if not fastpath.enabled:  # kio reads and writes every message (to measure the codec)
             return None
         started = time.perf_counter() if self.metrics is not None else 0.0
-        in_place = self._heartbeat_in_place
-        short = None if in_place is None else fastpath.read_heartbeat(frame)
-        if short is not None and in_place is not None:
-            version, correlation_id, group_id, generation_id, member_id, instance_id = short
-            if not session.authorize(enforce.READ, enforce.GROUP, group_id):
-                return None  # denied: the general way answers it
-            error = in_place(group_id, member_id, generation_id, instance_id)
-            if error is not None:
-                return self._heartbeat_frame(version, correlation_id, error, started)
-        if in_place_only:
-            return None
+        short = None if self._heartbeat_in_place is None else fastpath.read_heartbeat(frame)
+        if short is not None:
+            made = self.heartbeat_again(short, frame[4:8], session)
+            if made is not None:
+                return made
         body: dict[str, Any]
         if short is not None:
             version, correlation_id, group_id, generation_id, member_id, instance_id = short
@@ -403,24 +391,67 @@ class Gateway:
             if read is None or read[0] != codec.HEARTBEAT:
                 return None
             _, version, correlation_id, _, body = read
-            if not session.authorize(enforce.READ, enforce.GROUP, body["group_id"]):
-                return None  # denied: the general way answers it
+        if not session.authorize(enforce.READ, enforce.GROUP, body["group_id"]):
+            return None  # denied: the general way answers it
         made = answer_now(apis.heartbeat_request(self._ctx, version, body))
+        correlation = _CORRELATION.pack(correlation_id)
         if isinstance(made, dict):
-            return self._heartbeat_frame(version, correlation_id, made["error_code"], started)
-        return self._heartbeat_later(version, correlation_id, made, started)
+            return self._heartbeat_frame(version, correlation, made["error_code"], started)
+        return self._heartbeat_later(version, correlation, made, started)
+
+    def heartbeat_in_place(
+        self, frame: bytes, session: Session | None
+    ) -> tuple[bytes, fastpath.ShortHeartbeat] | None:
+        """A Heartbeat frame (no size prefix) that the back end's engine serves in place
+        (:meth:`heartbeat_again`): its framed answer, and what the fast path read of it; else
+        None, having done nothing, and :meth:`answer` serves it. A connection's read of one
+        whole Heartbeat frame (:class:`~coordinator.gateway.connection.Connection`), which has
+        nothing else to do, so no coroutine: a heartbeat that would wait goes the general way."""
+        if self._heartbeat_in_place is None:
+            return None
+        short = fastpath.read_heartbeat(frame)
+        if short is None:
+            return None
+        made = self.heartbeat_again(short, frame[4:8], session)
+        return None if made is None else (made, short)
+
+    def heartbeat_again(
+        self, short: fastpath.ShortHeartbeat, correlation: bytes, session: Session | None
+    ) -> bytes | None:
+        """A Heartbeat already read by :func:`~coordinator.gateway.fastpath.read_heartbeat`
+        (``short``; ``correlation``, the frame's correlation id as its four bytes) when the back
+        end's engine serves it in place: its framed answer; else None, having done nothing.
+
+        :meth:`heartbeat_now`'s in-place way, and a connection's when a frame repeats the last
+        heartbeat it served in place byte for byte but for its correlation id (so reading it
+        again would give ``short`` again: :class:`~coordinator.gateway.connection.Connection`).
+        The session is checked here each time (authenticated; READ on the group when ACLs are
+        enforced), and the engine checks the member, its generation and the group's state."""
+        in_place = self._heartbeat_in_place
+        if in_place is None or session is None or not session.authenticated:
+            return None
+        if not fastpath.enabled:  # kio reads and writes every message (to measure the codec)
+            return None
+        version, _, group_id, generation_id, member_id, instance_id = short
+        if not session.authorize(enforce.READ, enforce.GROUP, group_id):
+            return None  # denied: the general way answers it
+        started = time.perf_counter() if self.metrics is not None else 0.0
+        error = in_place(group_id, member_id, generation_id, instance_id)
+        if error is None:
+            return None
+        return self._heartbeat_frame(version, correlation, error, started)
 
     async def _heartbeat_later(
-        self, version: int, correlation_id: int, made: Awaitable[dict[str, Any]], started: float
+        self, version: int, correlation: bytes, made: Awaitable[dict[str, Any]], started: float
     ) -> bytes:
         answer = await made
-        return self._heartbeat_frame(version, correlation_id, answer["error_code"], started)
+        return self._heartbeat_frame(version, correlation, answer["error_code"], started)
 
     def _heartbeat_frame(
-        self, version: int, correlation_id: int, error: int, started: float
+        self, version: int, correlation: bytes, error: int, started: float
     ) -> bytes:
         """The framed Heartbeat response with ``error``: the one kio wrote for this version and
-        error, kept, with the correlation id put in."""
+        error, kept, with the correlation id (its four bytes) put in."""
         framed = self._heartbeat_frames.get((version, error))
         if framed is None:
             answer = apis.heartbeat_answer({"error_code": error})
@@ -429,7 +460,7 @@ class Gateway:
         if self.metrics is not None:
             answer = apis.heartbeat_answer({"error_code": error})
             self.metrics.answered(codec.HEARTBEAT, answer, time.perf_counter() - started)
-        return framed[0] + _CORRELATION.pack(correlation_id) + framed[1]
+        return framed[0] + correlation + framed[1]
 
 
 _CORRELATION = struct.Struct(">i")
