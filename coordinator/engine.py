@@ -439,9 +439,12 @@ class GroupCoordinator:
         # membership.reschedule_heartbeat at this clock, as GroupContext.schedule arms it
         self._now = now
         deadline = now + member.session_timeout_ms
-        group.schedule(heartbeat_key(member_id), deadline, self._next_seq(), HEARTBEAT, member_id)
+        key = heartbeat_key(member_id)
+        if group.schedule(key, deadline, self._next_seq(), HEARTBEAT, member_id):
+            self._register(group_id, group)
+        # else moved later in place: the group's next timer is no earlier, and its registration
+        # (at or before it) stands, as _register would leave it
         self._touched.add(group_id)
-        self._register(group_id, group)
         return error
 
     def _list_groups(self, request: Request) -> dict[str, Any]:

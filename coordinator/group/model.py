@@ -118,8 +118,9 @@ class ClassicGroup(TimerBook):
     new_member_added: bool = False
     offsets: dict[tuple[str, int], OffsetAndMetadata] = field(default_factory=dict)
     timers: dict[str, Timer] = field(default_factory=dict)
-    #: (deadline, seq, key); entries whose seq no longer matches ``timers[key]`` are stale.
-    timer_heap: list[tuple[int, int, str]] = field(default_factory=list)
+    #: (deadline, seq, key): the live timers' anchors and stale entries
+    #: (:mod:`coordinator.group.timers`); not the group's state, so not compared.
+    timer_heap: list[tuple[int, int, str]] = field(default_factory=list, compare=False)
     #: The last timer sequence number handed out, for callers that number timers per group.
     timer_seq: int = 0
     #: Why the latest rebalance began: the reason Kafka passes to ``prepareRebalance`` (and

@@ -2,10 +2,14 @@
 
 The Spark job keeps each group id's :class:`~coordinator.group.model.ClassicGroup` in its state
 store between micro-batches as one binary value. :func:`encode_group` writes it and
-:func:`decode_group` reads it back: ``decode_group(encode_group(g)) == g`` for every group, timers,
-stale timer-heap entries and every dict's order included, so a step continues from the decoded
-copy exactly as it would have from the original; and equal groups encode to the same bytes (with
-the same zlib: the uncompressed body is canonical, zlib's output may differ between its builds).
+:func:`decode_group` reads it back: ``decode_group(encode_group(g)) == g`` for every group, timers
+and every dict's order included, so a step continues from the decoded copy exactly as it would
+have from the original; and equal groups encode to the same bytes (with the same zlib: the
+uncompressed body is canonical, zlib's output may differ between its builds). The timer heap is
+written as the live timers' own entries (:meth:`~coordinator.group.timers.TimerBook.
+live_timer_entries`), in order: the heap a group holds (stale entries, anchors of timers re-armed
+later) is not its state (:mod:`coordinator.group.timers`), and a blob of an earlier release, with
+its stale entries, reads as before.
 
 Blob layout of a classic group (version 7)::
 
@@ -674,8 +678,9 @@ def _write_timed(out: _Out, group: ClassicGroup) -> None:
             buf.append((index << 1) | 1)
         else:
             out.value(payload)
-    out.uint(len(group.timer_heap))
-    for deadline_ms, seq, key in group.timer_heap:
+    heap = group.live_timer_entries()
+    out.uint(len(heap))
+    for deadline_ms, seq, key in heap:
         delta = deadline_ms - last_time
         zigzag = delta << 1 if delta >= 0 else ((-delta) << 1) - 1
         if zigzag <= 0x7F:
@@ -808,7 +813,7 @@ def _read_group_v5(inp: _In) -> ClassicGroup:
 #
 # A consumer group is what its records make it, so its blob holds the records that rebuild it
 # (Kafka's own key and value bytes, as a load reads them: the one replay path) and then what no
-# record carries: its timers, the timer heap as it stands, the timer sequence and its clock.
+# record carries: its timers, their heap entries, the timer sequence and its clock.
 
 
 def consumer_group_records(group: ConsumerGroup) -> list[dict[str, Any]]:
@@ -851,8 +856,9 @@ def _write_consumer_group(out: _Out, group: ConsumerGroup) -> None:
     for key, timer in group.timers.items():
         out.text(key)
         _write_timer(out, timer)
-    out.uint(len(group.timer_heap))
-    for deadline_ms, seq, key in group.timer_heap:
+    heap = group.live_timer_entries()
+    out.uint(len(heap))
+    for deadline_ms, seq, key in heap:
         out.time(deadline_ms)
         out.seq(seq)
         out.text(key)

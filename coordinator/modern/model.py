@@ -164,7 +164,8 @@ class ConsumerGroup(TimerBook):
     classic_protocol_counts: dict[str, int] = field(default_factory=dict)
     offsets: dict[tuple[str, int], OffsetAndMetadata] = field(default_factory=dict)
     timers: dict[str, Timer] = field(default_factory=dict)
-    timer_heap: list[tuple[int, int, str]] = field(default_factory=list)
+    #: As ``ClassicGroup.timer_heap``: not compared.
+    timer_heap: list[tuple[int, int, str]] = field(default_factory=list, compare=False)
     timer_seq: int = 0
     #: As ``ClassicGroup.clock_ms``: where the group's last step left its clock (transient).
     clock_ms: int | None = None
