@@ -264,11 +264,13 @@ class Server:
         text = (self.workdir / "server.log").read_text(errors="replace").strip().splitlines()
         return " | ".join(text[-lines:])
 
-    def cpu_seconds(self) -> float:
-        """The server's CPU time: its process and every live descendant (our nodes)."""
+    def cpu_seconds(self) -> tuple[float, float]:
+        """The server's CPU time, (user, system): its process and every live descendant (our
+        nodes)."""
         if self.process is None:
-            return 0.0
-        return sum(_cpu_seconds(pid) for pid in _process_tree(self.process.pid))
+            return 0.0, 0.0
+        times = [_cpu_seconds(pid) for pid in _process_tree(self.process.pid)]
+        return sum(t[0] for t in times), sum(t[1] for t in times)
 
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:
@@ -304,13 +306,15 @@ def _process_tree(root: int) -> list[int]:
     return tree
 
 
-def _cpu_seconds(pid: int) -> float:
-    """utime + stime of a process (and its reaped children), from /proc."""
+def _cpu_seconds(pid: int) -> tuple[float, float]:
+    """(user, system) CPU time of a process (and its reaped children), from /proc."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except OSError:
-        return 0.0
-    return sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+        return 0.0, 0.0
+    tick = os.sysconf("SC_CLK_TCK")
+    utime, stime, cutime, cstime = (int(x) for x in fields[11:15])
+    return (utime + cutime) / tick, (stime + cstime) / tick
 
 
 # --- the raw protocol (kio) ----------------------------------------------------------------------
@@ -627,7 +631,8 @@ def heartbeat_rate(
                 proc.kill()
                 proc.join(5)
     wall = time.perf_counter() - wall0
-    server_cpu = server.cpu_seconds() - cpu0
+    user, system = (now - then for now, then in zip(server.cpu_seconds(), cpu0, strict=True))
+    server_cpu = user + system
     codes: dict[int, int] = {}
     for r in results:
         for code, count in r[4].items():
@@ -644,6 +649,10 @@ def heartbeat_rate(
         "server_cpu": round(server_cpu / wall, 2),
         # Every answer (errors and the drain's included) over the server's CPU time.
         "heartbeats_per_cpu_s": round(answered / server_cpu) if server_cpu > 0 else None,
+        # The same CPU per answer, in µs: the server's own code (user) and the kernel's
+        # (system: the socket calls, loopback TCP, waking the generator).
+        "user_us_per_heartbeat": round(user / answered * 1e6, 2),
+        "system_us_per_heartbeat": round(system / answered * 1e6, 2),
         "generator_cpu": round(sum(r[3] / r[2] for r in results), 2),
     }
 
@@ -1135,7 +1144,9 @@ def run_server(server: Server, options: GatewayBenchOptions, say: Say) -> dict[s
                         f"    (c) {size} connections: {figures['heartbeats_per_s']:,} heartbeats/s"
                         f" (server {figures['server_cpu']:.0%} of a core, generator "
                         f"{figures['generator_cpu']:.0%}), "
-                        f"{figures['heartbeats_per_cpu_s'] or 0:,} per server CPU-second, "
+                        f"{figures['heartbeats_per_cpu_s'] or 0:,} per server CPU-second "
+                        f"({figures['user_us_per_heartbeat']} µs user + "
+                        f"{figures['system_us_per_heartbeat']} µs system each), "
                         f"hold {hold:.3f} s"
                     )
             except Exception as exc:
