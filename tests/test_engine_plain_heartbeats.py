@@ -11,6 +11,7 @@ is held to the same."""
 
 from __future__ import annotations
 
+import heapq
 import importlib
 import itertools
 from typing import Any
@@ -21,6 +22,7 @@ from hypothesis import strategies as st
 
 from coordinator import CoordinatorConfig, GroupCoordinator, SequentialIds, requests
 from coordinator.group.snapshot import encode_group
+from coordinator.group.timers import Timer, TimerBook
 from coordinator.log.partitioning import partition_for
 
 engine_module = importlib.import_module("coordinator.engine")
@@ -52,11 +54,26 @@ GROUP_IDS = (*CLASSIC, *CLASSIC, *CLASSIC, CONSUMER, "nobody")
 INSTANCES = ("i1", "i2")
 
 
+def _eager_schedule(
+    self: TimerBook, key: str, deadline_ms: int, seq: int, kind: str, payload: Any = None
+) -> bool:
+    """How timers were armed before they were re-armed in place: every (re-)arm a new timer
+    and a heap push, the replaced one's entry left stale."""
+    self.timers[key] = Timer(deadline_ms, seq, kind, payload)
+    heapq.heappush(self.timer_heap, (deadline_ms, seq, key))
+    if len(self.timer_heap) > 64 and len(self.timer_heap) > 4 * len(self.timers):
+        self._rebuild_heap()
+    return True
+
+
 class Pair:
     """The same calls on two engines: ``fast`` as shipped, ``general`` with every request read
-    by :func:`coordinator.requests.parse_in_full` and served by the general checks."""
+    by :func:`coordinator.requests.parse_in_full` and served by the general checks; with
+    ``eager_timers``, ``general``'s timers are also armed as they were before a re-arm at a
+    later deadline changed the timer in place (:func:`_eager_schedule`)."""
 
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, eager_timers: bool = False) -> None:
+        self.eager_timers = eager_timers
         owned = set(range(PARTITIONS)) - {partition_for(UNOWNED, PARTITIONS)}
         self.fast = GroupCoordinator(CONFIG, id_source=SequentialIds(), owned_partitions=owned)
         self.general = GroupCoordinator(CONFIG, id_source=SequentialIds(), owned_partitions=owned)
@@ -76,6 +93,8 @@ class Pair:
         with self.monkeypatch.context() as patch:
             patch.setattr(engine_module, "plain_heartbeat_fields", lambda raw: None)
             patch.setattr(requests, "_plain_heartbeat", lambda raw: None)
+            if self.eager_timers:
+                patch.setattr(TimerBook, "schedule", _eager_schedule)
             expected = self.general.handle(dict(request), self.now)
         if in_place is None:
             got = self.fast.handle(dict(request), self.now)
@@ -118,7 +137,10 @@ class Pair:
     def advance(self, ms: int) -> None:
         self.now += ms
         got = self.fast.advance(self.now)
-        assert got == self.general.advance(self.now)
+        with self.monkeypatch.context() as patch:
+            if self.eager_timers:
+                patch.setattr(TimerBook, "schedule", _eager_schedule)
+            assert got == self.general.advance(self.now)
         self.compare()
         self.learn(got)
 
@@ -153,7 +175,9 @@ class Pair:
         return getattr(group, "generation_id", 0) if group is not None else 0
 
 
-def _join(pair: Pair, group_id: str, member_id: str, instance: str | None) -> None:
+def _join(
+    pair: Pair, group_id: str, member_id: str, instance: str | None, session_ms: int = 1_000
+) -> None:
     pair.handle(
         {
             "api": "join_group",
@@ -162,7 +186,7 @@ def _join(pair: Pair, group_id: str, member_id: str, instance: str | None) -> No
             "api_version": 5,  # a member id at once, and static members
             "member_id": member_id,
             "group_instance_id": instance,
-            "session_timeout_ms": 1_000,
+            "session_timeout_ms": session_ms,
             "rebalance_timeout_ms": 300,
             "protocol_type": "consumer",
             "protocols": [{"name": "range", "metadata": b""}],
@@ -258,8 +282,21 @@ def _heartbeat(pair: Pair, data: st.DataObject) -> None:
 def test_plain_heartbeats_are_served_as_the_general_path_serves_them(
     data: st.DataObject,
 ) -> None:
-    monkeypatch = pytest.MonkeyPatch()
-    pair = Pair(monkeypatch)
+    _run(Pair(pytest.MonkeyPatch()), data)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_timers_re_armed_in_place_fire_as_timers_armed_anew_each_time(
+    data: st.DataObject,
+) -> None:
+    """The same runs against an engine whose timers are armed as before they were re-armed in
+    place (a new timer and a heap push on every re-arm): the same answers, records, touched
+    groups, registrations and snapshots."""
+    _run(Pair(pytest.MonkeyPatch(), eager_timers=True), data)
+
+
+def _run(pair: Pair, data: st.DataObject) -> None:
     _form(pair)
     assert [str(pair.fast.group(g).state.value) for g in CLASSIC] == ["Stable", "Stable"]
     for _ in range(data.draw(st.integers(1, 40), label="steps")):
@@ -276,7 +313,9 @@ def test_plain_heartbeats_are_served_as_the_general_path_serves_them(
         elif action == "join":  # a rebalance (a member rejoins), or a new member
             member = data.draw(st.sampled_from([*members, ""]), label="joiner")
             instance = data.draw(st.sampled_from([None, *INSTANCES]), label="joiner instance")
-            _join(pair, group_id, member, instance)
+            # a shorter session than before re-arms the member's timer earlier
+            session_ms = data.draw(st.sampled_from([1_000, 200, 3_000]), label="session")
+            _join(pair, group_id, member, instance, session_ms)
         elif action == "sync" and members:
             member = data.draw(st.sampled_from(members), label="syncer")
             _sync(pair, group_id, member, None)
