@@ -394,7 +394,7 @@ def test_a_read_unlike_the_last_heartbeat_in_any_other_byte_is_read_afresh():
             for remember in (True, False):
                 connection, transport = connect(gateway)
                 connection.data_received(frame)
-                assert (connection._heard is not None) is True
+                assert connection._heard is not None
                 if not remember:
                     connection._heard = None
                 before = len(transport.written)
