@@ -21,6 +21,13 @@ connection to close, and the worker exits instead of being reused. Only the trac
 and only for a connection the JVM closed, which nothing is left to report to. Any other
 exception propagates as before.
 
+What it does not cover: Spark starts the Python data source's own workers (the inbox source's
+``create_data_source``, ``lookup_data_sources`` and ``plan_data_source_read``) with
+``python -m pyspark.daemon`` whatever ``spark.python.daemon.module`` says (seen with ``ps``
+during a run, Spark 4.2); only ``pyspark.worker``, the tasks' workers, runs under this module.
+One of those can still print the same traceback at a stop (seen once, at the end of a
+``coordinator bench stream`` phase). Nothing is lost by it: it comes after the last commit.
+
 The module imports :mod:`coordinator` only through its package (the engine: no pandas, pyarrow
 or threads, which the daemon must not start before it forks), and PySpark's daemon only when it
 runs as one (:func:`main`): the benches import it to tell the workers' processes apart.
