@@ -209,37 +209,34 @@ class Connection(asyncio.Protocol):
             # The commonest read of all: one whole Heartbeat frame, which the engine serves in
             # place (what _serve_buffered and _serve would do with it, in one step).
             heard = self._heard
-            if (
-                heard is not None
-                and len(data) == heard[0]
-                and data.startswith(heard[1])
-                and data.endswith(heard[2])
-            ):
-                # The last heartbeat served in place, again but for its correlation id (a
-                # member's every heartbeat while its generation lasts): read as it was read.
-                try:
+            made = None
+            try:
+                if (
+                    heard is not None
+                    and len(data) == heard[0]
+                    and data.startswith(heard[1])
+                    and data.endswith(heard[2])
+                ):
+                    # The last heartbeat served in place, again but for its correlation id (a
+                    # member's every heartbeat while its generation lasts): read as it was read.
                     made = self.gateway.heartbeat_again(heard[3], data[8:12], self.session)
-                except Exception as exc:  # as _serve_buffered fails it: nothing is in flight
-                    self._fail(exc)
-                    return
-                if made is not None:
-                    self._last_active = self._loop.time()
-                    self.transport.write(made)  # type: ignore[union-attr]
-                    return
-            elif (
-                data[4:6] == _HEARTBEAT
-                and len(data) - 4 == _SIZE.unpack_from(data)[0] <= self.gateway.max_request_bytes
-            ):
-                try:
+                elif (
+                    data[4:6] == _HEARTBEAT
+                    and len(data) - 4
+                    == _SIZE.unpack_from(data)[0]
+                    <= self.gateway.max_request_bytes
+                ):
                     served = self.gateway.heartbeat_in_place(data[4:], self.session)
-                except Exception as exc:  # as _serve_buffered fails it: nothing is in flight
-                    self._fail(exc)
-                    return
-                if served is not None:
-                    self._heard = (len(data), data[:8], data[12:], served[1])
-                    self._last_active = self._loop.time()
-                    self.transport.write(served[0])  # type: ignore[union-attr]
-                    return
+                    if served is not None:
+                        made = served[0]
+                        self._heard = (len(data), data[:8], data[12:], served[1])
+            except Exception as exc:  # as _serve_buffered fails it: nothing is in flight
+                self._fail(exc)
+                return
+            if made is not None:
+                self._last_active = self._loop.time()
+                self.transport.write(made)  # type: ignore[union-attr]
+                return
             self._serve_buffered(data)  # the usual case: whole frames, nothing before them
             return
         self._buf += data
