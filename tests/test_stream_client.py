@@ -215,6 +215,26 @@ def test_requests_get_ids_and_bytes_travel_as_base64(warehouse: Warehouse) -> No
     assert lines[1] == {"api": "x", "request_id": 7, "metadata": "AQ=="}
 
 
+def test_submit_lines_writes_what_submit_writes_and_refuses_a_line_with_a_newline(
+    warehouse: Warehouse,
+) -> None:
+    requests = [
+        {"api": "heartbeat", "request_id": "h1", "group_id": "g\u00e9\n", "generation_id": 3},
+        {"api": "x", "request_id": 7, "metadata": b"\x01"},
+    ]
+    inbox = Inbox(warehouse.inbox)
+    submitted = inbox.submit(requests).read_bytes()
+    lines = [jsonio.dumps(r) for r in requests]
+    assert inbox.submit_lines(lines).read_bytes() == submitted
+    assert submitted.count(b"\n") == 2  # the group id's newline is escaped in its line
+    before = sorted(os.listdir(warehouse.inbox))
+    with pytest.raises(ValueError, match="newline"):
+        inbox.submit_lines([lines[0], '{"api": "x",\n"request_id": "y"}'])
+    with pytest.raises(ValueError, match="no requests"):
+        inbox.submit_lines([])
+    assert sorted(os.listdir(warehouse.inbox)) == before  # nothing written, not even a temp
+
+
 # --- reading the responses table --------------------------------------------------------------
 
 
@@ -237,6 +257,37 @@ def test_each_poll_returns_only_new_commits_once_each(warehouse: Warehouse) -> N
     assert reader.poll() == []
     job.write([heartbeat("h")])
     assert ids_of(reader.poll()) == ["h"] and reader.fallbacks == 0
+
+
+def test_poll_table_reads_the_columns_asked_once_each(warehouse: Warehouse) -> None:
+    job = FakeJob(warehouse)
+    reader = ResponseReader(warehouse.table(RESPONSES))
+    columns = ("request_id", "error_code", "body")
+    empty = reader.poll_table(columns)  # no table yet: no rows, the columns asked
+    assert empty.num_rows == 0 and empty.column_names == list(columns)
+    job.write([heartbeat("a"), heartbeat("b")])
+    job.write([heartbeat("c")])
+    table = reader.poll_table(columns)
+    assert table.column_names == list(columns)
+    assert table.column("request_id").to_pylist() == ["a", "b", "c"]
+    assert table.column("error_code").to_pylist() == [0, 0, 0]
+    assert json.loads(table.column("body")[2].as_py()) == heartbeat("c")
+    assert reader.poll_table(columns).num_rows == 0
+    with pytest.raises(ValueError, match="not columns"):
+        reader.poll_table(("request_id", "nope"))
+    job.write([heartbeat("d")])
+    assert ids_of(reader.poll()) == ["d"]  # the refused poll read nothing and moved nothing
+    # The fall-back read (the commits to read are gone) gives the same columns.
+    for version in range(3):
+        job.write([heartbeat(f"e{version}")])
+    table_path = warehouse.table(RESPONSES)
+    DeltaTable(str(table_path)).create_checkpoint()
+    behind = ResponseReader(table_path, start_version=1)
+    for version in range(4):
+        (table_path / "_delta_log" / f"{version:020d}.json").unlink()
+    fallen = behind.poll_table(("request_id",))
+    assert behind.fallbacks == 1 and fallen.column_names == ["request_id"]
+    assert sorted(fallen.column("request_id").to_pylist()) == ["a", "b", "c", "d", "e0", "e1", "e2"]
 
 
 def test_start_version(warehouse: Warehouse) -> None:

@@ -24,7 +24,7 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
@@ -91,10 +91,20 @@ class Inbox:
         """Write ``requests`` (one JSON object a line, bytes as base64) as ONE new inbox file and
         return its path. Requests without a ``request_id`` get one; to learn it, pass the
         requests through :func:`prepare_requests` first (ids already present are kept)."""
-        lines = [jsonio.dumps(r) + "\n" for r in prepare_requests(requests)]
+        return self.submit_lines([jsonio.dumps(r) for r in prepare_requests(requests)])
+
+    def submit_lines(self, lines: Sequence[str]) -> Path:
+        """Write ``lines`` as ONE new inbox file and return its path: each is one request
+        already serialised, as :meth:`submit` writes it (one JSON object with its
+        ``request_id``, bytes as base64), without its newline. For a caller that makes many
+        requests of a few shapes and keeps their text (a load generator); the job answers a
+        line that is not a request as it answers any bad line, with an error response."""
         if not lines:
             raise ValueError("no requests to submit")
-        data = "".join(lines).encode("utf-8")  # every line serialised before anything is written
+        text = "\n".join(lines) + "\n"
+        if text.count("\n") != len(lines):
+            raise ValueError("a request's line holds a newline: it would be read as two")
+        data = text.encode("utf-8")  # every line serialised before anything is written
         self.path.mkdir(parents=True, exist_ok=True)
         name = self._next_name()
         final = self.path / name
@@ -178,22 +188,34 @@ class ResponseReader:
     def poll(self) -> list[dict[str, Any]]:
         """The rows of every version committed since the last poll (``RESPONSES_SCHEMA``'s
         columns, as dicts); ``[]`` while the table does not exist."""
+        return self.poll_table().to_pylist()
+
+    def poll_table(self, columns: Sequence[str] | None = None) -> pa.Table:
+        """:meth:`poll`'s rows as one Arrow table, of ``columns`` only (``RESPONSES_SCHEMA``'s
+        names; every column when None): for a reader of many rows a poll, which can then read
+        a column at a time instead of a dict per row (a load generator reading its answers)."""
+        fields = _fields(columns)
         version = self._next
-        rows: list[dict[str, Any]] = []
+        tables: list[pa.Table] = []
         try:
             while True:
                 actions = self._commit(version)
                 if actions is None:
                     break
-                rows.extend(self._added_rows(actions))
+                tables.extend(self._added_tables(actions, fields))
                 version += 1
             if self._cleaned_up(version):
                 raise _LogGap(version)
         except _LogGap:
             self.fallbacks += 1
-            rows, version = self._full_read()
+            table, version = self._full_read(fields)
+            tables = [table]
         self._next = version
-        return rows
+        if not tables:
+            return pa.Table.from_arrays(
+                [pa.array([], f.type) for f in fields], schema=pa.schema(fields)
+            )
+        return tables[0] if len(tables) == 1 else pa.concat_tables(tables)
 
     def _commit(self, version: int) -> list[dict[str, Any]] | None:
         """The actions of one commit, or None when it is not (yet) there."""
@@ -208,10 +230,13 @@ class ResponseReader:
             # is a foreign writer caught mid-write: read it at the next poll.
             return None
 
-    def _added_rows(self, actions: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        rows: list[dict[str, Any]] = []
+    def _added_tables(
+        self, actions: list[dict[str, Any]], fields: list[pa.Field]
+    ) -> list[pa.Table]:
         if any((a.get("commitInfo") or {}).get("operation") in _REWRITES for a in actions):
-            return rows  # retention's delete: the rows it copies over were delivered already
+            return []  # retention's delete: the rows it copies over were delivered already
+        tables = []
+        names = [f.name for f in fields]
         for action in actions:
             add = action.get("add")
             if add is None or not add.get("dataChange", True):
@@ -219,11 +244,12 @@ class ResponseReader:
             try:
                 # ParquetFile.read: half the cost of read_table's dataset machinery per file.
                 with pq.ParquetFile(self._data_file(add["path"])) as data:
-                    table = data.read()
+                    present = [n for n in names if n in data.schema_arrow.names]
+                    table = data.read(columns=present)
             except FileNotFoundError:
                 raise _LogGap(add["path"]) from None
-            rows.extend(_conform(table, add.get("partitionValues") or {}).to_pylist())
-        return rows
+            tables.append(_conform(table, add.get("partitionValues") or {}, fields))
+        return tables
 
     def _data_file(self, path: str) -> Path:
         parsed = urlparse(path)
@@ -264,33 +290,45 @@ class ResponseReader:
         except FileNotFoundError:
             return []
 
-    def _full_read(self) -> tuple[list[dict[str, Any]], int]:
+    def _full_read(self, fields: list[pa.Field]) -> tuple[pa.Table, int]:
         from deltalake import DeltaTable
 
         from coordinator.stream.delta_read import read_table
 
         table = DeltaTable(str(self.table_path))
         data = read_table(table)
-        return _conform(data, {}).to_pylist(), table.version() + 1
+        return _conform(data, {}, fields), table.version() + 1
 
 
 #: Commit operations whose added files hold rows already delivered (rewritten, not new).
 _REWRITES = frozenset({"DELETE", "OPTIMIZE"})
 
 
-def _conform(table: pa.Table, partition_values: Mapping[str, str | None]) -> pa.Table:
-    """The table with exactly ``RESPONSES_SCHEMA``'s columns: a column a file lacks (written
-    before the schema grew, or a partition column, which Delta keeps out of the files) is filled
-    from the partition values or with nulls."""
+def _fields(columns: Sequence[str] | None) -> list[pa.Field]:
+    """``RESPONSES_SCHEMA``'s fields named by ``columns``, in that order (all when None)."""
+    if columns is None:
+        return list(RESPONSES_SCHEMA)
+    unknown = [c for c in columns if c not in RESPONSES_SCHEMA.names]
+    if unknown:
+        raise ValueError(f"not columns of the responses table: {unknown}")
+    return [RESPONSES_SCHEMA.field(c) for c in columns]
+
+
+def _conform(
+    table: pa.Table, partition_values: Mapping[str, str | None], fields: list[pa.Field]
+) -> pa.Table:
+    """The table with exactly ``fields`` as its columns: a column a file lacks (written before
+    the schema grew, or a partition column, which Delta keeps out of the files) is filled from
+    the partition values or with nulls."""
     columns = []
-    for field in RESPONSES_SCHEMA:
+    for field in fields:
         if field.name in table.column_names:
             columns.append(table.column(field.name).cast(field.type))
         else:
             value = partition_values.get(field.name)
             constant = pa.array([value] * table.num_rows, pa.string())
             columns.append(constant.cast(field.type))
-    return pa.Table.from_arrays(columns, schema=RESPONSES_SCHEMA)
+    return pa.Table.from_arrays(columns, schema=pa.schema(fields))
 
 
 # --- responses as the engine gave them --------------------------------------------------------
