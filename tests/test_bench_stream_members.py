@@ -11,7 +11,15 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from coordinator.bench.stream_members import STABLE, SYNCING, Member, Members
+from coordinator import jsonio
+from coordinator.bench.stream_members import (
+    STABLE,
+    SYNCING,
+    Member,
+    Members,
+    heartbeat_line,
+    heartbeat_request,
+)
 from coordinator.config import CoordinatorConfig
 from coordinator.engine import GroupCoordinator
 
@@ -37,7 +45,7 @@ class Harness:
         self.members.landed([rid for rid, _ in beats], t)
         membership = self.members.membership(t)
         self.files.append(([rid for rid, _ in beats], membership))
-        return [request for _, request in beats] + membership
+        return [json.loads(line) for _, line in beats] + membership
 
     def serve(self, requests: list[dict[str, Any]], at: float) -> list[dict[str, Any]]:
         """The job serves ``requests`` at ``at``, then fires the timers due (the job fires them
@@ -183,3 +191,45 @@ def test_answers_that_do_not_belong_to_the_member_now_change_nothing():
     h.members.on_heartbeat(beat["request_id"], 25, t)
     assert h.members.events.false_expiries == [] and h.members.events.rejoins == []
     assert h.members.phases() == {"joining": 0, SYNCING: 0, STABLE: 1}
+
+
+def test_a_heartbeat_line_is_the_encoded_request_for_any_ids():
+    odd = ["g", "request-id", 'quo"te', "back\\slash", "nl\n", "caf\u00e9", "\u2603", ""]
+    for group_id in odd:
+        for member_id in odd:
+            for generation in (-1, 0, 7, 2**31 - 1):
+                before, after = heartbeat_line(group_id, member_id, generation)
+                for rid in ("h0.1", "h12345.67890"):
+                    line = before + rid + after
+                    assert line == jsonio.dumps(
+                        heartbeat_request(rid, group_id, member_id, generation)
+                    )
+                    assert "\n" not in line
+
+
+def test_a_members_heartbeat_follows_its_generation_and_id():
+    """Each heartbeat's line is the request of the member's id and generation at that moment,
+    through a rebalance (new generation) and an expiry (new id)."""
+    h = Harness(["g"], 2)
+    t = h.run_until_formed(0.0)
+    seen: set[tuple[str, int]] = set()
+
+    def check(due: Iterable[int]) -> None:
+        for rid, line in h.members.heartbeats(due):
+            member = h.members._members[int(rid[1:].split(".")[0])]
+            assert json.loads(line) == heartbeat_request(
+                rid, "g", member.member_id, member.generation
+            )
+            seen.add((member.member_id, member.generation))
+
+    check([0, 1])
+    t += SESSION_MS / 1000 + 5  # member 1 silent past its session: member 0 rejoins
+    h.serve(h.send(t, due=[0]), t)
+    t = h.run_until_formed(t, due=[0])
+    check([0])
+    t += 1.0
+    h.serve(h.send(t), t)  # member 1 told UNKNOWN_MEMBER_ID: joins again with a new id
+    t = h.run_until_formed(t)
+    check([0, 1])
+    # The lines followed new ids and new generations both.
+    assert len({m for m, _ in seen}) > 2 and len({g for _, g in seen}) > 1

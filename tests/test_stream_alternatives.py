@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import pyarrow as pa
 import pytest
 
 from coordinator import jsonio
@@ -419,8 +420,11 @@ def test_the_load_sends_members_in_turn_and_a_falsely_expired_member_rejoins(tmp
         "h2.1": (Error.UNKNOWN_MEMBER_ID, "UNKNOWN_MEMBER_ID"),  # the first, just after start
         "h0.1": (Error.UNKNOWN_MEMBER_ID, "UNKNOWN_MEMBER_ID"),  # sent before the rejoin: stale
     }
-    for rid, (code, name) in answers.items():
-        load._answered({"request_id": rid, "error_code": int(code), "error": name}, time.time())
+    rows = [
+        {"request_id": rid, "error_code": int(code), "error": name}
+        for rid, (code, name) in answers.items()
+    ]
+    load._answered(pa.Table.from_pylist(rows), time.time())
     assert sorted(index for _, index in load.m.false_expiries) == [0, 2]
     assert len(load.m.answered) == 4  # every answer is a round trip all the same
     # The two expired members join again as new members in the next file, and send no
@@ -460,7 +464,7 @@ def test_capacity_steps_are_checked_and_the_capacity_is_the_last_sustained_rate(
         [(100, 0.5, 0), (200, 2.0, 1), (400, 9.0, 80), (800, 0.1, 0)]
     ):
         start = 100.0 * i
-        steps.append((rate, start, start + 10))
+        steps.append((rate, start, start + 10, 0.25 * i))
         for k in range(rate * 10):
             sent = start + k / rate
             m.sent.append(sent)
@@ -477,6 +481,7 @@ def test_capacity_steps_are_checked_and_the_capacity_is_the_last_sustained_rate(
         (800, True, True),  # past a broken rate: not counted
     ]
     assert figures["steps"][1]["unanswered"] == 1
+    assert [s["load_cpu_cores"] for s in figures["steps"]] == [0.0, 0.25, 0.5, 0.75]
     assert figures["capacity_per_s"] == 200
     modes = {
         "stateless": {"capacity": {"capacity_per_s": 400.0}},
@@ -539,9 +544,11 @@ def test_the_capacity_bench_steps_the_two_floors_through_the_job_sink(spark: Any
         steps = figures["capacity"]["steps"]
         assert [s["rate_per_s"] for s in steps] == [20.0], mode
         assert steps[0]["offered_per_s"] > 0, mode
+        assert 0 < steps[0]["load_cpu_cores"] < 2, mode  # the load's process, measured
     assert result["capacity"]["floor-shard"]["goal"] is None
     report = bench.format_report(result)
     assert "capacity over the stateless floor's" in report and "floor-shard" in report
+    assert "cores: sustained" in report or "cores: NOT sustained" in report
 
 
 @pytest.mark.slow

@@ -235,7 +235,7 @@ def run_query(
                         now = time.time()
                         for rid, _ in beats:
                             load.m.landed[rid] = now
-                    load.inbox.submit([request for _, request in beats])
+                    load.inbox.submit_lines([line for _, line in beats])
                     count += len(beats)
                 load.sleep(options.round_timeout_s, until=lambda: load.outstanding() == 0)
                 if load.outstanding():

@@ -59,6 +59,7 @@ always runs on RocksDB.
 from __future__ import annotations
 
 import dataclasses
+import gc
 import json
 import math
 import random
@@ -71,7 +72,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
-from itertools import pairwise
+from itertools import pairwise, repeat
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
@@ -589,6 +590,12 @@ def _sleep(check: Callable[[], None], seconds: float, until: Callable[[], bool] 
         time.sleep(0.1)
 
 
+#: The columns of ``responses`` the load reads (those :class:`Members` and :class:`Probes` use).
+_ANSWER_COLUMNS = ("request_id", "error_code", "error", "body", "emitted_at_ms")
+#: Heartbeats' answers taken per hold of the load's lock.
+_ANSWERS_A_LOCK = 2_000
+
+
 class Load:
     """The driver and reader threads over one warehouse (see the module docstring)."""
 
@@ -734,62 +741,82 @@ class Load:
 
     def _send(self, due: list[int]) -> None:
         """One inbox file: the due members' heartbeats, the members' JoinGroup and SyncGroup
-        requests (sent whatever the schedule, as a client rejoins at once) and the probes'."""
+        requests (sent whatever the schedule, as a client rejoins at once) and the probes'.
+        The heartbeats come as their lines (:meth:`Members.heartbeats`), so that the load's own
+        CPU per request stays small beside the job's on a box they share."""
         now = time.time()
         with self._lock:
             beats = self.members.heartbeats(due)
             joins = self.members.membership(now) if self.sending else []
         ids = [rid for rid, _ in beats]
         probing = self.probes.take() if self.probes is not None else []
-        requests = [request for _, request in beats] + joins + probing
-        if not requests:
+        lines = [line for _, line in beats] + [jsonio.dumps(r) for r in joins + probing]
+        if not lines:
             return
         before = time.time()
+        landed_at = self.m.landed
         with self._lock:  # before the file exists, so no answer can come unmatched
-            for rid in ids:
-                self.m.landed[rid] = before
+            landed_at.update(dict.fromkeys(ids, before))
             self.members.landed(ids, before)
-        self.inbox.submit(requests)
+        self.inbox.submit_lines(lines)
         landed = time.time()
         if probing and self.probes is not None:
             self.probes.landed(probing, landed)
         with self._lock:
             self.m.files += 1
             for rid in ids:
-                if rid in self.m.landed:
-                    self.m.landed[rid] = landed
-                self.m.sent.append(landed)
+                if rid in landed_at:  # not answered already
+                    landed_at[rid] = landed
+            self.m.sent.extend(repeat(landed, len(ids)))
 
     def _read(self) -> None:
         poll = self.options.poll_ms / 1000.0
         while not self._stop.is_set():
-            rows = self.reader.poll()
+            table = self.reader.poll_table(_ANSWER_COLUMNS)
             records = self.log.poll() if self.probes is not None else []
             now = time.time()
-            for row in rows:
-                rid = row["request_id"] or ""
-                if rid.startswith("h"):
-                    self._answered(row, now)
-                elif rid.startswith("m"):
+            rids = table.column("request_id").to_pylist()
+            heartbeats = []
+            for i, rid in enumerate(rids):
+                kind = rid[:1] if rid else ""
+                if kind == "h":
+                    heartbeats.append(i)
+                elif kind == "m":
+                    row = table.slice(i, 1).to_pylist()[0]
                     with self._lock:
                         self.members.on_membership(row, now)
-                elif rid.startswith("p") and self.probes is not None:
-                    self.probes.on_response(row)
+                elif kind == "p" and self.probes is not None:
+                    self.probes.on_response(table.slice(i, 1).to_pylist()[0])
+            if heartbeats:
+                self._answered(table.take(heartbeats), now)
             if records and self.probes is not None:
                 self.probes.on_records(records, now)
             self._stop.wait(poll)
 
-    def _answered(self, row: dict[str, Any], now: float) -> None:
-        """A heartbeat's answer, readable at ``now``: its round trip and its error; then the
-        member's reaction (a rejoin; a false expiry counted: :class:`Members`)."""
-        rid = row["request_id"]
-        with self._lock:
-            landed = self.m.landed.pop(rid, None)
-            if landed is None:
-                return
-            self.m.answered.append((landed, now))
-            self.m.errors.append((landed, row["error"] or "NONE"))
-            self.members.on_heartbeat(rid, row["error_code"], now)
+    def _answered(self, answers: Any, now: float) -> None:
+        """Heartbeats' answers (a table of :data:`_ANSWER_COLUMNS`), readable at ``now``: each
+        one's round trip and error; then the member's reaction (a rejoin; a false expiry
+        counted: :class:`Members`). A few thousand at a time under the lock, so that the
+        sending thread is not held up for a whole poll's answers."""
+        rids = answers.column("request_id").to_pylist()
+        codes = answers.column("error_code").to_pylist()
+        errors = answers.column("error").to_pylist()
+        landed_at, answered, errored = self.m.landed, self.m.answered, self.m.errors
+        on_heartbeat = self.members.on_heartbeat
+        for start in range(0, len(rids), _ANSWERS_A_LOCK):
+            with self._lock:
+                for i in range(start, min(start + _ANSWERS_A_LOCK, len(rids))):
+                    rid = rids[i]
+                    landed = landed_at.pop(rid, None)
+                    if landed is None:
+                        continue
+                    answered.append((landed, now))
+                    errored.append((landed, errors[i] or "NONE"))
+                    on_heartbeat(rid, codes[i], now)
+
+    def cpu_seconds(self) -> float:
+        """CPU time of this process so far (every thread's, user and system), in s."""
+        return time.process_time()
 
     def round_trips(self) -> list[float]:
         """Seconds from landed to readable of every heartbeat answered so far."""
@@ -828,6 +855,10 @@ def _serve_load(
     calls, ``(name, args)`` -> ``("ok", value)`` or ``("error", text)``, until ``result``."""
     probes = None if probe_count is None else Probes(probe_count, at_batch_time)
     load = Load(paths, members, options, None, probes, joined)
+    # What exists now lives as long as the process (the members, the lists of what is
+    # measured): out of the collector's sight, so that it does not scan lists that grow by
+    # every request sent at each full collection.
+    gc.freeze()
     while True:
         name, args = conn.recv()
         try:
@@ -944,6 +975,10 @@ class LoadProcess:
 
     def round_trips(self) -> list[float]:
         return list(self._call("round_trips"))
+
+    def cpu_seconds(self) -> float:
+        """The load process's CPU time so far (its threads', user and system), in s."""
+        return float(self._call("cpu_seconds"))
 
     def formed(self) -> bool:
         return bool(self._call("formed"))
@@ -1121,15 +1156,16 @@ def run_capacity_steps(
 ) -> list[tuple[float, float, float]]:
     """Offer each of ``options.capacity_rates`` in turn for ``options.seconds`` (members in
     turn, open loop), and stop after the first rate at which the backlog grows: (rate, start,
-    end) of every rate offered."""
-    steps: list[tuple[float, float, float]] = []
+    end, the load process's CPU in cores) of every rate offered."""
+    steps: list[tuple[float, float, float, float]] = []
     for rate in options.capacity_rates:
         load.set("rate", rate)
         start = time.time()
+        cpu = load.cpu_seconds()
         say(f"offering {rate:,.0f} requests/s for {options.seconds:g} s")
         load.sleep(options.seconds)
         end = time.time()
-        steps.append((rate, start, end))
+        steps.append((rate, start, end, (load.cpu_seconds() - cpu) / max(end - start, 1e-9)))
         slope = _slope([(t - start, float(n)) for t, n in load.outstanding_series(start, end)])
         if slope is not None and slope > GROWTH_SHARE * rate:
             say(f"the backlog grows at {rate:,.0f}/s ({slope:,.0f} requests/s): no higher rate")
@@ -1366,14 +1402,16 @@ def _membership_figures(events: MemberEvents, t0: float, t1: float) -> dict[str,
     }
 
 
-def _capacity_figures(m: _Measured, steps: list[tuple[float, float, float]]) -> dict[str, Any]:
+def _capacity_figures(
+    m: _Measured, steps: list[tuple[float, float, float, float]]
+) -> dict[str, Any]:
     """Per offered rate: the rates sent and answered, the latency of the requests sent at it,
     the backlog's slope; the capacity is the highest rate of the unbroken run of sustained
     rates from the first (steady backlog, p99 <= :data:`CAPACITY_P99_MS`)."""
     rows = []
     capacity: float | None = None
     broken = False
-    for rate, start, end in steps:
+    for rate, start, end, load_cores in steps:
         span = max(end - start, 1e-9)
         latencies = [1000.0 * (r - s) for s, r in m.answered if start <= s < end]
         # Requests sent at this rate and never answered count as slower than any answered.
@@ -1399,6 +1437,7 @@ def _capacity_figures(m: _Measured, steps: list[tuple[float, float, float]]) -> 
                 "backlog_slope_per_s": _round(slope),
                 "steady": steady,
                 "sustained": sustained,
+                "load_cpu_cores": round(load_cores, 2),
             }
         )
     return {"steps": rows, "capacity_per_s": capacity, "p99_goal_ms": CAPACITY_P99_MS}
@@ -1624,7 +1663,8 @@ def format_report(result: dict[str, Any]) -> str:
                     f" answered {step['answered_per_s']:,.0f}/s, latency p50 "
                     f"{_cell(latency['p50'], 1).strip()} ms, p99 "
                     f"{'unanswered' if p99 is None and step['unanswered'] else _cell(p99, 1).strip()}"
-                    f" ms, backlog {_cell(step['backlog_slope_per_s'], 1).strip()}/s: "
+                    f" ms, backlog {_cell(step['backlog_slope_per_s'], 1).strip()}/s, the load"
+                    f" {step['load_cpu_cores']:.2f} cores: "
                     f"{'sustained' if step['sustained'] else 'NOT sustained'}"
                 )
             best = capacity["capacity_per_s"]
