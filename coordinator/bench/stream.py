@@ -1153,7 +1153,7 @@ def run_mode(
 
 def run_capacity_steps(
     load: LoadProcess, options: StreamBenchOptions, say: Callable[[str], None]
-) -> list[tuple[float, float, float]]:
+) -> list[tuple[float, float, float, float]]:
     """Offer each of ``options.capacity_rates`` in turn for ``options.seconds`` (members in
     turn, open loop), and stop after the first rate at which the backlog grows: (rate, start,
     end, the load process's CPU in cores) of every rate offered."""
@@ -1485,7 +1485,7 @@ def stream_bench(
         }
     finally:
         if own_session:
-            spark.stop()
+            job.stop_session(spark, 60.0)  # the data source's daemons first: a quiet stop
         if not keep:
             shutil.rmtree(root, ignore_errors=True)
     settings = asdict(options)

@@ -163,7 +163,8 @@ class _Beat(NamedTuple):
     so that the many in flight at a high rate are not scanned again and again (in a load
     process that also keeps every round trip, that scanning grew to a third of its CPU)."""
 
-    index: int
+    #: The member's index.
+    member: int
     incarnation: int
     #: Landing of the member's previous heartbeat (or its join's answer), and of this one.
     previous: float = 0.0
@@ -271,8 +272,8 @@ class Members:
             beat = self._beats.get(rid)
             if beat is None:
                 continue
-            member = self._members[beat.index]
-            self._beats[rid] = _Beat(beat.index, beat.incarnation, member.renewed_at, at)
+            member = self._members[beat.member]
+            self._beats[rid] = _Beat(beat.member, beat.incarnation, member.renewed_at, at)
             if beat.incarnation == member.incarnation:
                 member.renewed_at = at
 
@@ -283,7 +284,7 @@ class Members:
         beat = self._beats.pop(request_id, None)
         if beat is None:
             return
-        member = self._members[beat.index]
+        member = self._members[beat.member]
         member.in_flight -= 1
         if beat.incarnation != member.incarnation:
             return  # sent before the member's latest (re)join: stale
@@ -292,13 +293,13 @@ class Members:
         error = Error(error_code)
         if error is Error.UNKNOWN_MEMBER_ID:
             if beat.landed - beat.previous <= self.session_s:
-                self.events.false_expiries.append((beat.landed, beat.index))
+                self.events.false_expiries.append((beat.landed, beat.member))
             else:
-                self.events.expiries.append((beat.landed, beat.index))
+                self.events.expiries.append((beat.landed, beat.member))
         if error is Error.REBALANCE_IN_PROGRESS and member.phase != STABLE:
             return  # as Java: a member still syncing hears of it from its SyncGroup
         if error in _REJOIN_WITH_ID or error in _REJOIN_AS_NEW:
-            self._rejoin(beat.index, f"heartbeat:{error.name}", now, error)
+            self._rejoin(beat.member, f"heartbeat:{error.name}", now, error)
 
     def on_membership(self, row: dict[str, Any], now: float) -> None:
         """A JoinGroup's or SyncGroup's answer (a responses row: ``request_id``, ``error_code``,

@@ -188,7 +188,8 @@ class ResponseReader:
     def poll(self) -> list[dict[str, Any]]:
         """The rows of every version committed since the last poll (``RESPONSES_SCHEMA``'s
         columns, as dicts); ``[]`` while the table does not exist."""
-        return self.poll_table().to_pylist()
+        rows: list[dict[str, Any]] = self.poll_table().to_pylist()
+        return rows
 
     def poll_table(self, columns: Sequence[str] | None = None) -> pa.Table:
         """:meth:`poll`'s rows as one Arrow table, of ``columns`` only (``RESPONSES_SCHEMA``'s
