@@ -122,3 +122,91 @@ def test_the_benches_tell_a_daemons_processes_by_their_command_line() -> None:
     assert spark_daemon.is_daemon_process(f"{python} pyspark.daemon")
     assert not spark_daemon.is_daemon_process(f"{python} pyspark.daemonic pyspark.worker")
     assert not spark_daemon.is_daemon_process(f"{python} coordinator run")
+
+
+#: Run by the test below in a Python of its own (the run's shared session must keep its
+#: daemons): a session as the job builds it reads a Python data source (so Spark starts the
+#: planners' daemons), ends PySpark's daemons, then stops. Prints one JSON line.
+_END_DAEMONS = """
+import json, os
+from pyspark.sql.datasource import DataSource, DataSourceReader
+from coordinator.stream import job, spark_daemon
+from coordinator.stream.settings import load_settings
+
+class One(DataSourceReader):
+    def read(self, partition):
+        yield (1,)
+
+class Tiny(DataSource):
+    @classmethod
+    def name(cls):
+        return "tiny"
+    def schema(self):
+        return "x int"
+    def reader(self, schema):
+        return One()
+
+spark = job.spark_session(load_settings([], shards=2))
+spark.dataSource.register(Tiny)
+rows = [r.x for r in spark.read.format("tiny").load().collect()]
+def children():
+    out = {}
+    for handle in spark.sparkContext._jvm.java.lang.ProcessHandle.current().children().toArray():
+        command = handle.info().commandLine()
+        forked = [int(d.pid()) for d in handle.descendants().toArray()]
+        out[int(handle.pid())] = (command.get() if command.isPresent() else "", forked)
+    return out
+before = children()
+ended = spark_daemon.end_pyspark_daemons(spark)
+forked = [p for pid in ended for p in before[pid][1]]
+import time
+def living():
+    out = []
+    for p in ended + forked:
+        try:
+            with open(f"/proc/{p}/stat") as stat:
+                if stat.read().rsplit(")", 1)[1].split()[0] != "Z":
+                    out.append(p)
+        except FileNotFoundError:
+            pass
+    return out
+deadline = time.monotonic() + 30  # a kill is delivered, not waited for
+while living() and time.monotonic() < deadline:
+    time.sleep(0.05)
+alive = living()
+stopped = job.stop_session(spark, 60)
+print(json.dumps({"rows": rows, "before": {str(k): v[0] for k, v in before.items()}, "ended": ended, "forked": forked, "alive": alive, "stopped": stopped}))
+"""
+
+
+@pytest.mark.slow
+def test_pysparks_daemons_are_ended_before_the_session_stops() -> None:
+    """The data source's planners run under PySpark's own daemon, which the job's module does
+    not reach; :func:`spark_daemon.end_pyspark_daemons` ends them (and their workers) and
+    leaves the tasks' daemon, and the session then stops without a word on stderr."""
+    import json
+
+    done = subprocess.run(
+        [sys.executable, "-c", _END_DAEMONS],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["rows"] == [1]
+    commands = result["before"]
+    planners = sorted(int(p) for p, c in commands.items() if "-m pyspark.daemon " in c)
+    assert len(planners) >= 2, commands  # lookup, create, plan: one daemon each
+    assert sorted(result["ended"]) == planners
+    assert result["forked"] and result["alive"] == []
+    # The tasks' daemon (the job's module) was left to Spark's own stop.
+    assert any(f"-m {spark_daemon.MODULE} " in c for c in commands.values()), commands
+    assert result["stopped"] is True
+    noise = [
+        line
+        for line in done.stderr.splitlines()
+        if line.strip() and "Using incubator modules" not in line
+    ]
+    assert not [line for line in noise if "Traceback" in line or "Error" in line], noise

@@ -289,7 +289,7 @@ def backlog_bench(
             rows += run_query(spark, index, mode, options, root, tell)
     finally:
         if own_session:
-            spark.stop()
+            job.stop_session(spark, 60.0)  # the data source's daemons first: a quiet stop
         shutil.rmtree(root, ignore_errors=True)
     settings = dataclasses.asdict(options)
     settings["modes"] = list(options.modes)

@@ -35,7 +35,15 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from coordinator.engine import CoordinatorNode
 from coordinator.requests import parse
-from coordinator.stream import datafiles, operator, ownership, rebuild, source, topic_store
+from coordinator.stream import (
+    datafiles,
+    operator,
+    ownership,
+    rebuild,
+    source,
+    spark_daemon,
+    topic_store,
+)
 from coordinator.stream.schema import (
     CONSUMER_OFFSETS,
     REJECTED_REQUESTS,
@@ -866,7 +874,12 @@ class StopSignals:
 
 def stop_session(spark: Any, timeout_s: float) -> bool:
     """``spark.stop()``, waited for at most ``timeout_s`` (at least 1 s); whether it returned.
-    The JVM of ``coordinator run`` goes when this process exits (it reads its stdin to EOF)."""
+    The JVM of ``coordinator run`` goes when this process exits (it reads its stdin to EOF).
+    The data source's Python daemons are ended first, so that none of their idle workers
+    prints a traceback as the stop closes it (:func:`spark_daemon.end_pyspark_daemons`)."""
+    ended = spark_daemon.end_pyspark_daemons(spark)
+    if ended:
+        log.debug("ended PySpark's Python daemons %s before the session's stop", ended)
     stopper = threading.Thread(target=spark.stop, name="spark-stop", daemon=True)
     stopper.start()
     stopper.join(max(1.0, timeout_s))

@@ -24,9 +24,13 @@ exception propagates as before.
 What it does not cover: Spark starts the Python data source's own workers (the inbox source's
 ``create_data_source``, ``lookup_data_sources`` and ``plan_data_source_read``) with
 ``python -m pyspark.daemon`` whatever ``spark.python.daemon.module`` says (seen with ``ps``
-during a run, Spark 4.2); only ``pyspark.worker``, the tasks' workers, runs under this module.
-One of those can still print the same traceback at a stop (seen once, at the end of a
-``coordinator bench stream`` phase). Nothing is lost by it: it comes after the last commit.
+during a run, Spark 4.2: the planners' runners ask for PySpark's default daemon); only
+``pyspark.worker``, the tasks' workers, runs under this module. One of those printed the same
+traceback at a stop (at the end of a ``coordinator bench stream`` phase, and once in the
+job's clean-stop test in CI). So :func:`end_pyspark_daemons` ends those daemons and their idle
+workers just before the session stops (the job's :func:`coordinator.stream.job.stop_session`),
+when no query is left to need them: killed, a worker writes nothing, and the JVM then finds
+its daemon gone, which its stop takes in its stride.
 
 The module imports :mod:`coordinator` only through its package (the engine: no pandas, pyarrow
 or threads, which the daemon must not start before it forks), and PySpark's daemon only when it
@@ -58,6 +62,32 @@ def is_daemon_process(cmdline: str, worker_module: str | None = None) -> bool:
     (``pyspark.worker``: the tasks' workers)."""
     tail = "" if worker_module is None else f" {worker_module}"
     return any(f"-m {module}{tail} " in f"{cmdline} " for module in DAEMON_MODULES)
+
+
+def end_pyspark_daemons(spark: Any) -> list[int]:
+    """End the JVM's Python daemons that run PySpark's own module (the data source's planners:
+    see the module docstring), each with the workers it forked, and return their pids. For
+    just before ``spark.stop()``, once every query has stopped; best effort (an error, or a
+    JVM already gone, ends nothing). Through the JVM's ``ProcessHandle``, so it finds the
+    driver's daemons however the driver was started (``spark-submit`` or a Python process)."""
+    ended: list[int] = []
+    try:
+        handles = spark.sparkContext._jvm.java.lang.ProcessHandle.current().children().toArray()
+        for handle in handles:
+            command = handle.info().commandLine()
+            if not command.isPresent() or not _runs_pysparks_daemon(str(command.get())):
+                continue
+            for forked in handle.descendants().toArray():
+                forked.destroyForcibly()
+            handle.destroyForcibly()
+            ended.append(int(handle.pid()))
+    except Exception:  # the JVM or the session is already going: Spark's stop does the rest
+        return ended
+    return ended
+
+
+def _runs_pysparks_daemon(cmdline: str) -> bool:
+    return f"-m {DAEMON_MODULES[1]} " in f"{cmdline} "
 
 
 def worker(sock: socket.socket, authenticated: bool) -> Any:
