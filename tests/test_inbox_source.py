@@ -479,6 +479,47 @@ def test_two_queries_on_one_inbox_never_hand_out_a_number_twice(tmp_path: Path):
     assert numbered(old.sequenced.glob("0*")) == [(1, "x.jsonl"), (2, "y.jsonl"), (3, "z.jsonl")]
 
 
+def test_a_batch_ends_once_its_files_hold_the_byte_bound(tmp_path: Path):
+    """job.max.bytes.per.trigger: no further file once the batch's files hold that many bytes;
+    the first file always goes, however large; the horizon is the first waiting file's stamp;
+    Spark's "all available" takes everything, and an offset's files are the same on a re-run."""
+    clock = Clock()
+    inbox = SequencedInbox(tmp_path / "inbox", None, "off", clock)
+    reader = InboxReader(inbox, max_files=100, max_bytes=300)
+    start = reader.initialOffset()
+    sizes = [100, 100, 100, 600, 10, 10]  # bytes of each file, in arrival order
+    for i, size in enumerate(sizes):
+        drop(inbox.inbox, f"{i}.jsonl", "x" * (size - 1) + "\n", mtime_ms=T0 + 10 * (i + 1))
+    clock.now_ms = T0 + 100
+    ends = [start]
+    taken = []
+    for _ in range(4):
+        rows, end = next_batch(reader, ends[-1])
+        assert rows_between(reader, ends[-1], end) == rows  # a re-run reads the same files
+        taken.append([len(content) for _, content in rows])
+        ends.append(end)
+    # 100 + 100 < 300, so a third file, and then 300 bytes: the bound, reached; then the
+    # 600-byte file alone (the first of its batch); then the rest.
+    assert taken == [[100, 100, 100], [600], [10, 10], []]
+    assert [e["inbox_horizon_ms"] for e in ends[1:]] == [T0 + 40, T0 + 50, T0 + 100, T0 + 100]
+    # The files' bound and the bytes' bound together: the first reached ends the batch.
+    assert InboxReader(inbox, max_files=2, max_bytes=300).latestOffset(start)["inbox_seq"] == 2
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    assert reader.latestOffset(start, ReadAllAvailable())["inbox_seq"] == len(sizes)
+    with pytest.raises(ValueError, match="maxBytesPerTrigger"):
+        InboxReader(inbox, max_files=1, max_bytes=0)
+    # The job's options reach the reader (job.max.bytes.per.trigger; none: no bound).
+    from coordinator.stream.settings import load_settings
+    from coordinator.stream.source import InboxDataSource
+
+    options = {"path": str(tmp_path / "inbox"), "maxFilesPerTrigger": "7"}
+    assert InboxDataSource(options).streamReader(None).max_bytes is None
+    options["maxBytesPerTrigger"] = str(load_settings([]).job.max_bytes_per_trigger)
+    bound = InboxDataSource(options).streamReader(None)
+    assert (bound.max_files, bound.max_bytes) == (7, 64 * 1024 * 1024)
+
+
 def test_a_batch_offset_carries_its_input_horizon(tmp_path: Path):
     """The time up to which the batch holds every request that arrived: the listing's time, or
     the stamp of the first file left waiting (job.max.files.per.trigger)."""

@@ -192,6 +192,7 @@ def inbox_stream(spark: Any, settings: Settings) -> Any:
     reader = (
         spark.readStream.format(source.SOURCE_NAME)
         .option("maxFilesPerTrigger", job.max_files_per_trigger)
+        .option("maxBytesPerTrigger", job.max_bytes_per_trigger)
         .option("readTasks", job.source_read_tasks or spark.sparkContext.defaultParallelism)
         .option("clean", job.clean_source)
         .option("initialOffsetFile", str(paths.checkpoint / source.INITIAL_FILE))

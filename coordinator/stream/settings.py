@@ -92,6 +92,10 @@ class JobSettings:
     sink_write: str = "driver"
     #: Request files per micro-batch, at most (:mod:`coordinator.stream.source`).
     max_files_per_trigger: int = 1000
+    #: Request bytes per micro-batch: no further file once a batch's files hold this many (a
+    #: batch always takes its first file), so that a backlog is worked off in batches of a
+    #: bounded size, as a Kafka consumer's fetch is bounded by ``fetch.max.bytes``.
+    max_bytes_per_trigger: int = 64 * 1024 * 1024
     #: How many Spark tasks read one micro-batch's request files, each a run of consecutive
     #: files (0 = one per core of the cluster, Spark's default parallelism).
     source_read_tasks: int = 0
@@ -173,6 +177,7 @@ class JobSettings:
             "trigger_interval_ms",
             "shards",
             "max_files_per_trigger",
+            "max_bytes_per_trigger",
             "max_request_bytes",
             "owner_lease_timeout_ms",
             "shutdown_timeout_ms",

@@ -325,16 +325,27 @@ class SequencedInbox:
         staged = self._list_sequenced()
         return Offset(staged[0][0] - 1 if staged else self.last_assigned(), 0)
 
-    def next_batch(self, start: Offset, max_files: int) -> tuple[list[Path], Offset]:
+    def next_batch(
+        self, start: Offset, max_files: int, max_bytes: int | None = None
+    ) -> tuple[list[Path], Offset]:
         """Sequence what arrived, then the files after ``start`` (at most ``max_files``, in
-        sequence order) and the offset that ends them, with the batch's input horizon: this
-        listing's time, or the arrival of the first file left waiting. The offset moves on
-        (its horizon) even when no file came."""
+        sequence order, and once they hold ``max_bytes`` or more no further one: a batch
+        always takes the first file, however large) and the offset that ends them, with the
+        batch's input horizon: this listing's time, or the arrival of the first file left
+        waiting. The offset moves on (its horizon) even when no file came."""
         # Numbers continue past any offset Spark holds, whatever became of .sequence.
         self._last = max(self.last_assigned(), start.seq)
         self.discover()
         staged = [(seq, name) for seq, name in self._list_sequenced() if seq > start.seq]
-        chosen, waiting = staged[:max_files], staged[max_files:]
+        take = min(max_files, len(staged))
+        if max_bytes is not None:
+            held = 0
+            for index in range(take):
+                if held >= max_bytes:
+                    take = index
+                    break
+                held += self._size(staged[index][1])
+        chosen, waiting = staged[:take], staged[take:]
         stamps = [arrival_of(name) for _, name in waiting]
         horizon = next((at for at in stamps if at is not None), self._listed)
         if start.horizon_ms is not None and horizon is not None:
@@ -344,6 +355,13 @@ class SequencedInbox:
             return [], Offset(start.seq, start.files, horizon, topics)
         end = Offset(chosen[-1][0], start.files + len(chosen), horizon, topics)
         return [self.sequenced / name for _, name in chosen], end
+
+    def _size(self, name: str) -> int:
+        """A sequenced file's bytes (0 when it has gone: its read will say so)."""
+        try:
+            return (self.sequenced / name).stat().st_size
+        except FileNotFoundError:
+            return 0
 
     def topics_version(self, start: Offset) -> int | None:
         """The topic store's newest version now, never older than ``start``'s: the version the
@@ -602,6 +620,9 @@ class InboxDataSource(DataSource):
             inbox,
             int(options.get("maxFilesPerTrigger", 1000)),
             Path(initial) if initial else None,
+            max_bytes=int(options["maxBytesPerTrigger"])
+            if options.get("maxBytesPerTrigger")
+            else None,
             read_tasks=int(options.get("readTasks", 1)),
             lines=self._lines(),
             shard_keys=tuple(int(k) for k in options["shardKeys"].split(","))
@@ -637,11 +658,16 @@ class InboxReader(DataSourceStreamReader):
         read_tasks: int = 1,
         lines: bool = False,
         shard_keys: tuple[int, ...] | None = None,
+        max_bytes: int | None = None,
     ) -> None:
         if read_tasks < 1:
             raise ValueError(f"readTasks must be at least 1, got {read_tasks}")
+        if max_bytes is not None and max_bytes < 1:
+            raise ValueError(f"maxBytesPerTrigger must be at least 1, got {max_bytes}")
         self.inbox = inbox
         self.max_files = max_files
+        #: A batch's request bytes, at most (but for its first file): None, no bound.
+        self.max_bytes = max_bytes
         self.read_tasks = read_tasks
         #: Rows of lines (:mod:`coordinator.stream.lines`), with a shard column when given
         #: ``shard_keys`` (the key of each offsets partition).
@@ -668,13 +694,14 @@ class InboxReader(DataSourceStreamReader):
 
     def latestOffset(self, start: dict[str, Any], limit: Any = None) -> dict[str, Any]:
         """Sequence what arrived and end the batch after at most the limit's files (all of
-        them for ``ReadAllAvailable``, as Spark asks; ``job.max.files.per.trigger`` otherwise)."""
-        most = self.max_files
+        them for ``ReadAllAvailable``, as Spark asks; ``job.max.files.per.trigger`` otherwise)
+        and, but for ``ReadAllAvailable``, once they hold ``job.max.bytes.per.trigger``."""
+        most, most_bytes = self.max_files, self.max_bytes
         if isinstance(limit, ReadMaxFiles):
             most = limit.max_files
         elif isinstance(limit, ReadAllAvailable):
-            most = 1 << 62
-        _, end = self.inbox.next_batch(Offset.of(start), most)
+            most, most_bytes = 1 << 62, None
+        _, end = self.inbox.next_batch(Offset.of(start), most, most_bytes)
         return end.json()
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InboxFiles]:
