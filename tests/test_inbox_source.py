@@ -518,6 +518,11 @@ def test_a_batch_ends_once_its_files_hold_the_byte_bound(tmp_path: Path):
     options["maxBytesPerTrigger"] = str(load_settings([]).job.max_bytes_per_trigger)
     bound = InboxDataSource(options).streamReader(None)
     assert (bound.max_files, bound.max_bytes) == (7, 64 * 1024 * 1024)
+    assert (
+        load_settings([], {"job.max.bytes.per.trigger": "4096"}).job.max_bytes_per_trigger == 4096
+    )
+    with pytest.raises(ValueError, match=r"job\.max\.bytes\.per\.trigger must be >= 1"):
+        load_settings([], {"job.max.bytes.per.trigger": "0"})
 
 
 def test_a_batch_offset_carries_its_input_horizon(tmp_path: Path):
