@@ -157,6 +157,9 @@ def children():
         out[int(handle.pid())] = (command.get() if command.isPresent() else "", forked)
     return out
 before = children()
+query = spark.readStream.format("rate").load().writeStream.format("noop").start()
+while_active = spark_daemon.end_pyspark_daemons(spark)  # a query runs: none ended
+query.stop()
 ended = spark_daemon.end_pyspark_daemons(spark)
 forked = [p for pid in ended for p in before[pid][1]]
 import time
@@ -175,7 +178,7 @@ while living() and time.monotonic() < deadline:
     time.sleep(0.05)
 alive = living()
 stopped = job.stop_session(spark, 60)
-print(json.dumps({"rows": rows, "before": {str(k): v[0] for k, v in before.items()}, "ended": ended, "forked": forked, "alive": alive, "stopped": stopped}))
+print(json.dumps({"while_active": while_active, "rows": rows, "before": {str(k): v[0] for k, v in before.items()}, "ended": ended, "forked": forked, "alive": alive, "stopped": stopped}))
 """
 
 
@@ -196,6 +199,7 @@ def test_pysparks_daemons_are_ended_before_the_session_stops() -> None:
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["rows"] == [1]
+    assert result["while_active"] == []
     commands = result["before"]
     planners = sorted(int(p) for p, c in commands.items() if "-m pyspark.daemon " in c)
     assert len(planners) >= 2, commands  # lookup, create, plan: one daemon each

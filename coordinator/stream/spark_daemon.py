@@ -67,11 +67,14 @@ def is_daemon_process(cmdline: str, worker_module: str | None = None) -> bool:
 def end_pyspark_daemons(spark: Any) -> list[int]:
     """End the JVM's Python daemons that run PySpark's own module (the data source's planners:
     see the module docstring), each with the workers it forked, and return their pids. For
-    just before ``spark.stop()``, once every query has stopped; best effort (an error, or a
-    JVM already gone, ends nothing). Through the JVM's ``ProcessHandle``, so it finds the
-    driver's daemons however the driver was started (``spark-submit`` or a Python process)."""
+    just before ``spark.stop()``, once every query has stopped: while one is still active it
+    ends none. Best effort: an error, or a JVM already gone, ends nothing. Through the JVM's
+    ``ProcessHandle``, so it finds the driver's daemons however the driver was started
+    (``spark-submit`` or a Python process)."""
     ended: list[int] = []
     try:
+        if spark.streams.active:
+            return ended  # a query still plans its batches with them (a stop that timed out)
         handles = spark.sparkContext._jvm.java.lang.ProcessHandle.current().children().toArray()
         for handle in handles:
             command = handle.info().commandLine()
