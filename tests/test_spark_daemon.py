@@ -122,6 +122,12 @@ def test_the_benches_tell_a_daemons_processes_by_their_command_line() -> None:
     assert spark_daemon.is_daemon_process(f"{python} pyspark.daemon")
     assert not spark_daemon.is_daemon_process(f"{python} pyspark.daemonic pyspark.worker")
     assert not spark_daemon.is_daemon_process(f"{python} coordinator run")
+    # Only PySpark's own daemon (the data source's planners), as the stop ends them.
+    pyspark_only = (spark_daemon.PYSPARK_DAEMON,)
+    planner = f"{python} pyspark.daemon pyspark.sql.worker.plan_data_source_read"
+    assert spark_daemon.is_daemon_process(planner, modules=pyspark_only)
+    tasks = f"{python} {spark_daemon.MODULE} pyspark.worker"
+    assert not spark_daemon.is_daemon_process(tasks, modules=pyspark_only)
 
 
 #: Run by the test below in a Python of its own (the run's shared session must keep its

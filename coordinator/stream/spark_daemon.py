@@ -45,9 +45,11 @@ from typing import Any
 
 #: This module's name, as ``spark.python.daemon.module`` names it.
 MODULE = "coordinator.stream.spark_daemon"
-#: The modules a Spark Python daemon runs as: this one, or PySpark's own (a session that names
-#: none). The workers it forks keep its command line (``python -m <module> pyspark.worker``).
-DAEMON_MODULES = (MODULE, "pyspark.daemon")
+#: PySpark's own daemon: a session's that names none, and the data source's planners' always.
+PYSPARK_DAEMON = "pyspark.daemon"
+#: The modules a Spark Python daemon runs as: this one, or PySpark's own. The workers it forks
+#: keep its command line (``python -m <module> pyspark.worker``).
+DAEMON_MODULES = (MODULE, PYSPARK_DAEMON)
 
 #: The failures that mean the JVM has closed the worker's connection.
 CLOSED_BY_THE_JVM = (BrokenPipeError, ConnectionResetError)
@@ -56,12 +58,14 @@ CLOSED_BY_THE_JVM = (BrokenPipeError, ConnectionResetError)
 _spark_worker: Callable[[socket.socket, bool], Any] | None = None
 
 
-def is_daemon_process(cmdline: str, worker_module: str | None = None) -> bool:
+def is_daemon_process(
+    cmdline: str, worker_module: str | None = None, modules: tuple[str, ...] = DAEMON_MODULES
+) -> bool:
     """Whether a process's command line (its arguments joined by spaces) is a Spark Python
-    daemon's or a worker's it forked; with ``worker_module``, only of that module's daemon
-    (``pyspark.worker``: the tasks' workers)."""
+    daemon's or a worker's it forked (a daemon of one of ``modules``); with ``worker_module``,
+    only of that module's daemon (``pyspark.worker``: the tasks' workers)."""
     tail = "" if worker_module is None else f" {worker_module}"
-    return any(f"-m {module}{tail} " in f"{cmdline} " for module in DAEMON_MODULES)
+    return any(f"-m {module}{tail} " in f"{cmdline} " for module in modules)
 
 
 def end_pyspark_daemons(spark: Any) -> list[int]:
@@ -78,19 +82,17 @@ def end_pyspark_daemons(spark: Any) -> list[int]:
         handles = spark.sparkContext._jvm.java.lang.ProcessHandle.current().children().toArray()
         for handle in handles:
             command = handle.info().commandLine()
-            if not command.isPresent() or not _runs_pysparks_daemon(str(command.get())):
+            if not command.isPresent() or not is_daemon_process(
+                str(command.get()), modules=(PYSPARK_DAEMON,)
+            ):
                 continue
             for forked in handle.descendants().toArray():
                 forked.destroyForcibly()
             handle.destroyForcibly()
             ended.append(int(handle.pid()))
     except Exception:  # the JVM or the session is already going: Spark's stop does the rest
-        return ended
+        pass
     return ended
-
-
-def _runs_pysparks_daemon(cmdline: str) -> bool:
-    return f"-m {DAEMON_MODULES[1]} " in f"{cmdline} "
 
 
 def worker(sock: socket.socket, authenticated: bool) -> Any:
