@@ -213,9 +213,7 @@ class ResponseReader:
             tables = [table]
         self._next = version
         if not tables:
-            return pa.Table.from_arrays(
-                [pa.array([], f.type) for f in fields], schema=pa.schema(fields)
-            )
+            return pa.schema(fields).empty_table()
         return tables[0] if len(tables) == 1 else pa.concat_tables(tables)
 
     def _commit(self, version: int) -> list[dict[str, Any]] | None:
