@@ -23,6 +23,7 @@ from coordinator.stream.settings import (
     with_checkpoint_layout,
 )
 from coordinator.stream.source import batch_horizon, sequenced_name
+from tests.stream_support import job_settings
 
 SETTINGS = op.OperatorSettings(CoordinatorConfig(group_initial_rebalance_delay_ms=0), b"s" * 32)
 
@@ -161,6 +162,62 @@ def test_the_summary_says_why_the_group_rebalanced_and_keeps_saying_it():
     synced = op.run_group(SETTINGS, "g", joined.blob, lines([json.dumps(sync)]), 2_001)
     (stable,) = [json.loads(r[7]) for r in synced.rows if r[0] == op.GROUP]
     assert (stable["state"], stable["rebalance_reason"]) == ("Stable", reason)
+
+
+#: A wall-clock instant at a whole multiple of Kafka's ``offsets.retention.check.interval.ms``
+#: (10 minutes): when the expiry sweep runs, for every group at once
+#: (:meth:`coordinator.context.GroupContext.ensure_expiry_timer`).
+SWEEP_MARK = 1_795_000_200_000
+assert SWEEP_MARK % CoordinatorConfig().offsets_retention_check_interval_ms == 0
+
+
+def two_step_join(
+    settings: op.OperatorSettings, mode: str, first_ms: int, second_ms: int
+) -> list[dict]:
+    """KIP-394's join of two members as the Spark tests' ``form_group`` sends it: the joins
+    without a member id in a batch at ``first_ms``, those with the ids they were given in the
+    next at ``second_ms``; the second step's answers."""
+    state: dict[str, tuple[int | None, bytes]] = {}
+
+    def batch(values: list[str], now_ms: int) -> list[dict]:
+        if mode == op.SHARD_KEY:
+            rows = op.run_shard(settings, state, lines(values), now_ms).rows
+        else:
+            stored = state.pop("g", None)
+            blob = None if stored is None else stored[1]
+            outcome = op.run_group(settings, "g", blob, lines(values), now_ms)
+            rows = outcome.rows
+            if outcome.blob is not None:
+                state["g"] = (outcome.deadline_ms, outcome.blob)
+        return [json.loads(r[7]) for r in rows if r[0] == op.RESPONSE]
+
+    ids = [a["member_id"] for a in batch([join("j0"), join("j1")], first_ms)]
+    assert len(ids) == 2
+    return batch([join("k0", ids[0]), join("k1", ids[1])], second_ms)
+
+
+@pytest.mark.parametrize("mode", op.KEY_MODES)
+def test_the_sweep_deletes_a_group_of_pending_members_only_as_kafkas_does(mode: str):
+    """A group whose only members are pending (KIP-394's first step) is Empty, and the expiry
+    sweep deletes an Empty group without offsets (Kafka 4.x ``ClassicGroup.isEmpty`` is the
+    Empty state): a join's second step after a sweep finds no group and is answered
+    UNKNOWN_MEMBER_ID (a client then joins again). Between two sweeps it joins."""
+    settings = SETTINGS
+    before = two_step_join(settings, mode, SWEEP_MARK - 1_700, SWEEP_MARK - 700)
+    assert [a["error_code"] for a in before] == [0, 0]
+    across = two_step_join(settings, mode, SWEEP_MARK - 700, SWEEP_MARK + 300)
+    assert [a["error_code"] for a in across] == [25, 25]  # UNKNOWN_MEMBER_ID
+
+
+@pytest.mark.parametrize("mode", op.KEY_MODES)
+def test_the_spark_tests_settings_run_no_sweep_under_a_join(mode: str, tmp_path: Path):
+    """The job the Spark tests run (``tests/stream_support.py``) sweeps no group while a test
+    runs: a ``form_group`` whose two steps straddled a 10-minute mark of the wall clock
+    otherwise had both second joins answered UNKNOWN_MEMBER_ID (a CI flake)."""
+    config = job_settings(tmp_path / "warehouse").coordinator
+    settings = dataclasses.replace(SETTINGS, config=config)
+    across = two_step_join(settings, mode, SWEEP_MARK - 700, SWEEP_MARK + 300)
+    assert [a["error_code"] for a in across] == [0, 0]
 
 
 def test_shard_state_round_trips_and_steps_only_due_or_addressed_groups():
