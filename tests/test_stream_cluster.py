@@ -13,6 +13,7 @@ import sys
 import pytest
 
 from coordinator.stream.client import StreamClient
+from tests.stream_support import NO_SWEEP_MS
 from tests.test_stream_job import one_member_commits_and_reads_back, wait_until_ready
 
 pytestmark = pytest.mark.slow
@@ -21,7 +22,10 @@ pytestmark = pytest.mark.slow
 def test_a_group_forms_and_commits_through_a_two_executor_cluster(tmp_path):
     warehouse = tmp_path / "warehouse"
     conf = tmp_path / "test.properties"
-    conf.write_text("group.initial.rebalance.delay.ms=0\n")
+    # No expiry sweep between the join's two steps (tests/stream_support.py: NO_SWEEP_MS).
+    conf.write_text(
+        f"group.initial.rebalance.delay.ms=0\noffsets.retention.check.interval.ms={NO_SWEEP_MS}\n"
+    )
     log = tmp_path / "job.log"
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
     with log.open("w") as out:
