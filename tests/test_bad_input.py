@@ -31,6 +31,7 @@ from coordinator.stream.local import LocalJob
 from coordinator.stream.schema import CONSUMER_OFFSETS, GROUP_STATE, REJECTED_REQUESTS, RESPONSES
 from coordinator.stream.settings import load_settings
 from coordinator.stream.source import parse_sequenced
+from tests.stream_support import TEST_COORDINATOR_SETTINGS
 from tests.support import GROUP_ID, Ctx
 
 
@@ -312,7 +313,7 @@ class Inbox:
     def open(self, warehouse: Path, **job: Any) -> None:
         settings = load_settings(
             [],
-            {"group.initial.rebalance.delay.ms": "0", "group.min.session.timeout.ms": "1000"},
+            TEST_COORDINATOR_SETTINGS,  # no expiry sweep between the join's two steps
             warehouse=str(warehouse),
             **job,
         )
