@@ -7,7 +7,7 @@ group) mixed with joins, syncs, leaves, commits and the clock jumping, two engin
 plain path and one reading every request through the general field readers and checks, give
 exactly the same answers, records, touched groups, timers and group state. The gateway's way
 (``GroupCoordinator.heartbeat``: a heartbeat as read off the wire, served in place or declined)
-is held to the same."""
+is held to the same, and so is its ``renewal``, kept and used for the same heartbeat again."""
 
 from __future__ import annotations
 
@@ -21,9 +21,12 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from coordinator import CoordinatorConfig, GroupCoordinator, SequentialIds, requests
+from coordinator.context import heartbeat_key
+from coordinator.errors import Error
 from coordinator.group.snapshot import encode_group
 from coordinator.group.timers import Timer, TimerBook
 from coordinator.log.partitioning import partition_for
+from tests.support import GROUP_ID, SESSION, STANDARD, Ctx
 
 engine_module = importlib.import_module("coordinator.engine")
 
@@ -85,6 +88,9 @@ class Pair:
         self.members: dict[str, list[str]] = {g: [] for g in (*GROUP_IDS, *CLASSIC)}
         self.served_plain = 0
         self.served_in_place = 0
+        #: The renewals the heartbeats served in place gave, by what they were read from.
+        self.renewals: dict[tuple[Any, ...], Any] = {}
+        self.renewed = 0
 
     def handle(self, request: dict[str, Any]) -> list[dict[str, Any]]:
         if requests.plain_heartbeat_fields(request) is not None:
@@ -132,7 +138,18 @@ class Pair:
             and (instance is None or type(instance) is str)
         ):
             return None
-        return self.fast.heartbeat(group_id, member_id, generation, self.now, instance)
+        key = (group_id, member_id, generation, instance)
+        renew = self.renewals.get(key)
+        if renew is not None:  # the gateway's way for the same heartbeat again
+            answer = renew(self.now)
+            if answer is not None:
+                self.renewed += 1
+                return answer
+        answer = self.fast.heartbeat(group_id, member_id, generation, self.now, instance)
+        if answer is not None:
+            self.renewals[key] = self.fast.renewal(group_id, member_id, generation, instance)
+            assert self.renewals[key] is not None
+        return answer
 
     def advance(self, ms: int) -> None:
         self.now += ms
@@ -296,18 +313,35 @@ def test_timers_re_armed_in_place_fire_as_timers_armed_anew_each_time(
     _run(Pair(pytest.MonkeyPatch(), eager_timers=True), data)
 
 
+#: The fields of a heartbeat a renewal is kept by (:meth:`Pair.in_place`).
+RENEWED = ("group_id", "member_id", "generation_id", "group_instance_id")
+
+
 def _run(pair: Pair, data: st.DataObject) -> None:
     _form(pair)
     assert [str(pair.fast.group(g).state.value) for g in CLASSIC] == ["Stable", "Stable"]
     for _ in range(data.draw(st.integers(1, 40), label="steps")):
         action = data.draw(
-            st.sampled_from(["heartbeat"] * 8 + ["advance", "join", "sync", "leave", "commit"]),
+            st.sampled_from(
+                ["heartbeat"] * 8 + ["again"] * 6 + ["advance", "join", "sync", "leave", "commit"]
+            ),
             label="action",
         )
         group_id = data.draw(st.sampled_from(CLASSIC), label="of group")
         members = pair.members[group_id]
         if action == "heartbeat":
             _heartbeat(pair, data)
+        elif action == "again" and pair.renewals:  # a member's next heartbeat, as it sends it
+            renewed = data.draw(st.sampled_from(sorted(pair.renewals, key=repr)), label="again")
+            pair.now += data.draw(st.sampled_from([0, 1, 150]), label="after")
+            pair.handle(
+                {
+                    "api": "heartbeat",
+                    "request_id": f"gw-{next(pair.rids)}",
+                    **dict(zip(RENEWED, renewed, strict=True)),
+                    "api_version": data.draw(st.sampled_from([4, 0]), label="again version"),
+                }
+            )
         elif action == "advance":
             pair.advance(data.draw(st.sampled_from([0, 1, 200, 600, 1_100]), label="ms"))
         elif action == "join":  # a rebalance (a member rejoins), or a new member
@@ -343,6 +377,7 @@ def _run(pair: Pair, data: st.DataObject) -> None:
             event(f"a heartbeat's group went through {state.state.value}")
     event("some heartbeats took the plain path" if pair.served_plain else "none was plain")
     event("some were served in place" if pair.served_in_place else "none was served in place")
+    event("some were renewed" if pair.renewed else "none was renewed")
 
 
 def test_an_engine_bug_in_a_plain_heartbeat_is_answered_and_kept_as_the_general_path_does(
@@ -380,3 +415,77 @@ def test_an_engine_bug_in_a_plain_heartbeat_is_answered_and_kept_as_the_general_
     assert pair.fast.internal_errors == pair.general.internal_errors
     assert pair.fast.internal_errors == ["heartbeat 'gw-1': RuntimeError('boom')"]
     assert pair.fast.drain_touched() == pair.general.drain_touched() == set()
+
+
+def test_a_renewal_serves_the_same_heartbeat_until_anything_else_happens() -> None:
+    """``GroupCoordinator.renewal``: the member's session re-armed in place and the answer, at
+    each renewal, while nothing but heartbeats served in place happen to its group; nothing
+    (None, and nothing done) once a request of the group was handled, a timer of it fired or
+    any is due, or the partition began to load: :meth:`heartbeat` then decides afresh."""
+    ctx, member, generation = stable()
+    engine = ctx.c
+    assert engine.renewal(GROUP_ID, member, generation + 1) is None  # not served in place
+    assert engine.renewal(GROUP_ID, "nobody", generation) is None
+    assert engine.renewal(GROUP_ID, member, generation, "an-instance") is None
+    renew = fresh(ctx, member, generation)
+    timer = ctx.group().timers[heartbeat_key(member)]
+
+    def renews_at(now: int) -> Any:
+        ctx.now = now
+        engine.drain_touched()
+        seq, deadline = timer.seq, timer.deadline_ms
+        answer = renew(now)
+        if answer is None:  # nothing done
+            assert (timer.seq, timer.deadline_ms) == (seq, deadline)
+            assert not engine.drain_touched()
+        else:
+            assert (timer.deadline_ms, engine.now_ms) == (now + SESSION, now)
+            assert timer.seq > seq and engine.drain_touched() == {GROUP_ID}
+        return answer
+
+    start = ctx.now
+    assert renews_at(start + 100) is Error.NONE
+    # The engine's wake-up for the group is still at an earlier deadline: renewals wait for it
+    # as heartbeat does, and an advance that fires nothing leaves them serving.
+    assert renews_at(start + 550) is None
+    assert engine.heartbeat(GROUP_ID, member, generation, start + 550) is None
+    assert engine.advance(start + 550) == []
+    assert renews_at(start + 560) is Error.NONE
+    assert renews_at(start + 560 + SESSION) is None  # its session is due: handle fires it
+
+    ctx, member, generation = stable()
+    renew = fresh(ctx, member, generation)
+    ctx.commit({("t", 0): 5}, group_id="second")  # another group's step: it serves on
+    assert ctx.c.group("second") is not None  # offsets partition 0, as GROUP_ID
+    assert renew(ctx.now + 1) is Error.NONE
+    ctx.commit({("t", 0): 5}, member_id=member, generation=generation)  # a request handled
+    assert renew(ctx.now + 1) is None
+    assert ctx.c.heartbeat(GROUP_ID, member, generation, ctx.now + 1) is Error.NONE
+
+    ctx, member, generation = stable()
+    renew = fresh(ctx, member, generation)
+    ctx.sleep(SESSION)  # a timer fired: the member's session, and it left the group
+    assert ctx.group().members == {}
+    assert renew(ctx.now + 1) is None
+    assert ctx.c.heartbeat(GROUP_ID, member, generation, ctx.now + 1) is None
+
+    ctx, member, generation = stable()
+    ctx.dynamic_join()  # another member joins: the group prepares a rebalance
+    renew = fresh(ctx, member, generation)
+    assert renew(ctx.now + 1) is Error.REBALANCE_IN_PROGRESS
+    assert ctx.c.begin_loading(0)  # the partition loads anew (Kafka's reload)
+    assert renew(ctx.now + 2) is None
+
+
+def stable() -> tuple[Ctx, str, int]:
+    """A group of one member, Stable: (context, member id, generation)."""
+    ctx = Ctx(STANDARD)
+    member, generation = ctx.join_and_sync_single()
+    return ctx, member, generation
+
+
+def fresh(ctx: Ctx, member: str, generation: int) -> Any:
+    """The renewal of ``member``'s heartbeat now (which must be served in place)."""
+    renew = ctx.c.renewal(GROUP_ID, member, generation)
+    assert renew is not None
+    return renew
