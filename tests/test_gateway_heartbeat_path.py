@@ -12,6 +12,7 @@ same heartbeat again (but for its correlation id) is not read again."""
 from __future__ import annotations
 
 import asyncio
+import copy
 import struct
 from collections.abc import Coroutine
 from pathlib import Path
@@ -20,6 +21,7 @@ from typing import Any
 import pytest
 
 from coordinator.config import CoordinatorConfig
+from coordinator.engine import GroupCoordinator
 from coordinator.gateway import apis, codec, embedded, fastpath
 from coordinator.gateway.connection import Connection
 from coordinator.gateway.embedded import EmbeddedBackend
@@ -437,3 +439,63 @@ def test_the_same_heartbeat_again_is_authorized_again():
         assert _error(_framed(transport.answers()[-1]), 4) == GROUP_AUTHORIZATION_FAILED
 
     run(test, security=security)
+
+
+def test_the_same_heartbeat_again_is_renewed_until_its_group_changes(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    """The same heartbeat again is served by the engine's renewal (no lookup of the group, its
+    member or its partition), the session re-armed each time; a step of another group leaves
+    it so; once its own group changed (a commit), or the engine was replaced (a reload), the
+    engine decides afresh, and a new renewal serves the repeats after."""
+    clock = [1_000_000]
+    monkeypatch.setattr(embedded, "wall_clock_ms", lambda: clock[0])
+    decided: list[str] = []
+    decide = GroupCoordinator.heartbeat
+
+    def counted(self: GroupCoordinator, *args: Any) -> Any:
+        decided.append(args[1])
+        return decide(self, *args)
+
+    monkeypatch.setattr(GroupCoordinator, "heartbeat", counted)
+
+    async def test(gateway: Gateway) -> None:
+        backend = gateway.backend
+        assert isinstance(backend, EmbeddedBackend)
+        connection, transport = connect(gateway)
+        member, generation = await _stable_member(gateway)
+        correlation = iter(range(20, 100))
+
+        def beat() -> int:
+            clock[0] += 100  # no timer comes due in this test's heartbeats
+            frame = _heartbeat(4, next(correlation), member_id=member, generation_id=generation)
+            connection.data_received(_framed(frame))
+            group = backend.engine.group("g")
+            assert group is not None
+            assert group.timers[f"heartbeat-{member}"].deadline_ms == clock[0] + 10_000
+            return _error(_framed(transport.answers()[-1]), 4)
+
+        def commit(group_id: str) -> None:
+            request = {
+                "api": "offset_commit",
+                "request_id": f"c{clock[0]}",
+                "group_id": group_id,
+                "offsets": [{"topic": "t", "partition": 0, "offset": 5}],
+            }
+            answer = backend.answer_now(request)
+            assert isinstance(answer, dict) and answer["error_code"] == 0
+
+        assert [beat() for _ in range(4)] == [0] * 4
+        assert decided == [member]  # the first alone: the repeats were renewed
+        commit("other")
+        assert beat() == 0 and decided == [member]
+        commit("g")
+        assert [beat() for _ in range(3)] == [0] * 3
+        assert decided == [member] * 2  # decided afresh once, then renewed again
+        # the engine replaced (a reload from the log makes a new one): renewals made on the
+        # one before serve nothing, and the new engine decides
+        backend.engine = copy.deepcopy(backend.engine)
+        assert [beat() for _ in range(2)] == [0] * 2
+        assert decided == [member] * 3
+
+    run(test)

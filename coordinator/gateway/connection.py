@@ -65,12 +65,11 @@ import asyncio
 import logging
 import struct
 from collections import deque
-from collections.abc import Coroutine, Generator
+from collections.abc import Callable, Coroutine, Generator
 from typing import TYPE_CHECKING, Any
 
 from coordinator.gateway.apis import SINGLE_SUBMIT
 from coordinator.gateway.codec import FrameError
-from coordinator.gateway.fastpath import ShortHeartbeat
 from coordinator.gateway.security.session import SASL_MAX_RECEIVE_BYTES, Session
 from coordinator.gateway.upstream import ClientLink
 from coordinator.security.settings import Listener
@@ -177,8 +176,9 @@ class Connection(asyncio.Protocol):
         self._last_active = 0.0
         #: the last heartbeat served in place from a read of it alone: (the read's length, its
         #: first 8 bytes (size, API key, version), its bytes after the correlation id, and what
-        #: the fast path read of it), so the same heartbeat is not read again
-        self._heard: tuple[int, bytes, bytes, ShortHeartbeat] | None = None
+        #: serves it again given a correlation id: Gateway.heartbeat_repeater), so the same
+        #: heartbeat is not read again
+        self._heard: tuple[int, bytes, bytes, Callable[[bytes], bytes | None]] | None = None
         self._idle: asyncio.TimerHandle | None = None
         self._loop = asyncio.get_running_loop()
         self.lost: asyncio.Future[None] = self._loop.create_future()
@@ -218,8 +218,8 @@ class Connection(asyncio.Protocol):
                     and data.endswith(heard[2])
                 ):
                     # The last heartbeat served in place, again but for its correlation id (a
-                    # member's every heartbeat while its generation lasts): read as it was read.
-                    made = self.gateway.heartbeat_again(heard[3], data[8:12], self.session)
+                    # member's every heartbeat while its generation lasts): served as it was.
+                    made = heard[3](data[8:12])
                 elif (
                     data[4:6] == _HEARTBEAT
                     and len(data) - 4

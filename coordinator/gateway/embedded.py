@@ -324,10 +324,44 @@ class EmbeddedBackend:
         )
         if error is None:
             return None
-        if self.metrics is not None or (self._sink is not None and group_id not in self._dirty):
-            self._emit([response("heartbeat", None, group_id, error)])
+        self._served_in_place(group_id, error)
         self._wake_if_sooner()
         return error
+
+    def renewal(
+        self, group_id: str, member_id: str, generation_id: int, instance_id: str | None = None
+    ) -> Callable[[], Error | None] | None:
+        """:meth:`heartbeat_in_place` for the same heartbeat again and again, without its
+        lookups (the engine's :meth:`~coordinator.engine.GroupCoordinator.renewal`):
+        ``renew()`` serves it as :meth:`heartbeat_in_place` would and gives its answer, or
+        None, having done nothing, when that must decide afresh (the group changed, a timer is
+        due, this engine was replaced by a reload, the log is behind or lost). None when the
+        heartbeat is not served in place now. A renewal never arms an earlier timer, so the
+        scheduler need not be woken."""
+        if self.lost is not None or self._loading or self._pending_records:
+            return None
+        engine = self.engine
+        renew_in_engine = engine.renewal(group_id, member_id, generation_id, instance_id)
+        if renew_in_engine is None:
+            return None
+
+        def renew() -> Error | None:
+            if self.engine is not engine or self.lost is not None or self._loading:
+                return None
+            if self._pending_records:
+                return None
+            error = renew_in_engine(wall_clock_ms())
+            if error is not None and (self.metrics is not None or self._sink is not None):
+                self._served_in_place(group_id, error)
+            return error
+
+        return renew
+
+    def _served_in_place(self, group_id: str, error: Error) -> None:
+        """What :meth:`answer_now` does with a heartbeat's answer, without its dicts: the
+        group counted in the metrics, and marked for its summary."""
+        if self.metrics is not None or (self._sink is not None and group_id not in self._dirty):
+            self._emit([response("heartbeat", None, group_id, error)])
 
     async def _awaited(self, key: str, future: asyncio.Future[dict[str, Any]]) -> dict[str, Any]:
         try:

@@ -154,6 +154,9 @@ class Gateway:
         #: The back end's ``heartbeat_in_place`` (with ``answers_now``): a heartbeat its engine
         #: serves in place, with no request dict (:meth:`heartbeat_now`).
         self._heartbeat_in_place: Callable[[str, str, int, str | None], int | None] | None = None
+        #: The back end's ``renewal`` (with ``_heartbeat_in_place``): the same heartbeat served
+        #: in place again without its lookups (:meth:`heartbeat_repeater`).
+        self._renewal: Callable[[str, str, int, str | None], Callable[[], Any] | None] | None = None
         #: (version, error code) -> the framed Heartbeat response around its correlation id
         self._heartbeat_frames: dict[tuple[int, int], tuple[bytes, bytes]] = {}
         #: the listeners of ``listeners`` after the main one, and their ports once listening
@@ -210,6 +213,7 @@ class Gateway:
             self.answers_now = getattr(self.backend, "answer_now", None)
             if self.answers_now is not None:
                 self._heartbeat_in_place = getattr(self.backend, "heartbeat_in_place", None)
+                self._renewal = getattr(self.backend, "renewal", None)
         self.ready = True
 
     def set_brokers(self, brokers: list[tuple[int, str, int]]) -> None:
@@ -401,19 +405,67 @@ class Gateway:
 
     def heartbeat_in_place(
         self, frame: bytes, session: Session | None
-    ) -> tuple[bytes, fastpath.ShortHeartbeat] | None:
+    ) -> tuple[bytes, Callable[[bytes], bytes | None]] | None:
         """A Heartbeat frame (no size prefix) that the back end's engine serves in place
-        (:meth:`heartbeat_again`): its framed answer, and what the fast path read of it; else
-        None, having done nothing, and :meth:`answer` serves it. A connection's read of one
-        whole Heartbeat frame (:class:`~coordinator.gateway.connection.Connection`), which has
-        nothing else to do, so no coroutine: a heartbeat that would wait goes the general way."""
+        (:meth:`heartbeat_again`): its framed answer, and what serves the same frame again
+        (:meth:`heartbeat_repeater`); else None, having done nothing, and :meth:`answer`
+        serves it. A connection's read of one whole Heartbeat frame
+        (:class:`~coordinator.gateway.connection.Connection`), which has nothing else to do,
+        so no coroutine: a heartbeat that would wait goes the general way."""
         if self._heartbeat_in_place is None:
             return None
         short = fastpath.read_heartbeat(frame)
         if short is None:
             return None
         made = self.heartbeat_again(short, frame[4:8], session)
-        return None if made is None else (made, short)
+        return None if made is None else (made, self.heartbeat_repeater(short, session))
+
+    def heartbeat_repeater(
+        self, short: fastpath.ShortHeartbeat, session: Session | None
+    ) -> Callable[[bytes], bytes | None]:
+        """What serves a heartbeat just served in place (:meth:`heartbeat_again`, ``short``
+        being what the fast path read of it) again on the same session, given the repeat's
+        correlation id (its four bytes): its framed answer, or None, having done nothing, as
+        :meth:`heartbeat_again` gives. A member sends the same heartbeat but for its
+        correlation id while its generation lasts
+        (:class:`~coordinator.gateway.connection.Connection` remembers it).
+
+        The session is checked each time, as :meth:`heartbeat_again` checks it; then the back
+        end's renewal serves it (:meth:`~coordinator.gateway.embedded.EmbeddedBackend.renewal`,
+        without the engine's lookups), and when that declines (the group changed),
+        :meth:`heartbeat_again` does, and a new renewal is taken."""
+        version, _, group_id, generation_id, member_id, instance_id = short
+        renewal = self._renewal
+        renew = (
+            None if renewal is None else renewal(group_id, member_id, generation_id, instance_id)
+        )
+        # whether ACLs are enforced is the gateway's setting (authorizer.class.name), fixed
+        enforcing = session is not None and session.security.enforcing
+        frames = self._heartbeat_frames
+
+        def again(correlation: bytes) -> bytes | None:
+            nonlocal renew
+            if (
+                renew is not None
+                and session is not None
+                and session.authenticated
+                and fastpath.enabled
+                and (not enforcing or session.authorize(enforce.READ, enforce.GROUP, group_id))
+            ):
+                metrics = self.metrics
+                started = 0.0 if metrics is None else time.perf_counter()
+                error = renew()
+                if error is not None:
+                    framed = None if metrics is not None else frames.get((version, error))
+                    if framed is not None:  # what _heartbeat_frame makes, without metrics
+                        return framed[0] + correlation + framed[1]
+                    return self._heartbeat_frame(version, correlation, error, started)
+            made = self.heartbeat_again(short, correlation, session)
+            if made is not None and renewal is not None:
+                renew = renewal(group_id, member_id, generation_id, instance_id)
+            return made
+
+        return again
 
     def heartbeat_again(
         self, short: fastpath.ShortHeartbeat, correlation: bytes, session: Session | None
