@@ -286,6 +286,7 @@ def run(args: argparse.Namespace) -> int:
     node_tasks: list[asyncio.Task[None]] = []  # referenced while the gateway runs
 
     def announce() -> None:
+        loops.freeze_startup_heap()
         # Only once the back end serves: before that, group APIs get LOAD_IN_PROGRESS.
         if exporter is not None:
             exporter.readiness.set_ready()
