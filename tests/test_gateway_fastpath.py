@@ -382,3 +382,58 @@ def test_the_zero_topic_id_reads_as_kio_reads_it() -> None:
 def test_generated_code_is_readable() -> None:
     text = fastpath.source(codec.HEARTBEAT, 4, "Request")
     assert "group_instance_id" in text and "tagged fields" in text
+
+
+def test_the_same_metadata_again_is_the_same_answer_encoded_once_per_version(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Metadata asked again for the same topics (every consumer of a group, at its join) gets
+    the same shared answer, encoded once per version and kept: each request its own correlation
+    id around the bytes kio writes. A change of what the answer is made of (the nodes of a
+    gateway of several processes) makes a new one; an answer filtered by the ACLs is a copy,
+    written afresh."""
+    from coordinator.gateway.server import Gateway
+    from tests.connection_support import connect, run
+
+    encoded: list[int] = []
+    encode = codec.encode_response
+
+    def counted(api_key: int, version: int, correlation_id: int, body: dict[str, Any]) -> bytes:
+        encoded.append(api_key)
+        return encode(api_key, version, correlation_id, body)
+
+    monkeypatch.setattr(codec, "encode_response", counted)
+
+    async def test(gateway: Gateway) -> None:
+        gateway._ctx.topics["orders"] = 200
+        connection, _ = connect(gateway)
+
+        async def metadata(version: int, correlation_id: int, client: str) -> bytes:
+            body = {
+                "topics": [{"name": "orders", "topic_id": None}],
+                "allow_auto_topic_creation": False,
+                "include_cluster_authorized_operations": False,
+                "include_topic_authorized_operations": False,
+            }
+            frame = codec.encode_request(
+                codec.METADATA, version, correlation_id, body, client_id=client
+            )
+            answer = await gateway.answer(frame[4:], connection)
+            assert answer is not None
+            return answer
+
+        for version in (1, 9, 12):
+            encoded.clear()
+            answers = [await metadata(version, c, f"client-{c}") for c in (5, -7, 2**31 - 1)]
+            assert encoded == [codec.METADATA]  # once per version
+            shared = await apis.metadata(gateway._ctx, version, {"topics": [{"name": "orders"}]})
+            assert isinstance(shared, apis.SharedAnswer)
+            for c, answer in zip((5, -7, 2**31 - 1), answers, strict=True):
+                assert answer == kio_encoded(codec.METADATA, version, c, dict(shared))
+        gateway.set_brokers([(0, "127.0.0.1", gateway.port), (1, "127.0.0.1", 1)])
+        encoded.clear()
+        moved = await metadata(12, 8, "client")
+        assert encoded == [codec.METADATA]
+        assert codec.decode_response(codec.METADATA, 12, moved[4:])[1].brokers[1].node_id == 1
+
+    run(test)

@@ -43,6 +43,19 @@ MAX_FETCH_WAIT_MS = 1000
 Submit = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
 
 
+class SharedAnswer(dict[str, Any]):
+    """An answer a handler hands out again for the same inputs (Metadata's, for the same
+    topics, nodes and cluster): never changed once made, so whoever changes an answer copies it
+    (as ACL filtering and a listener's address do), and its encoding may be kept
+    (:meth:`coordinator.gateway.server.Gateway.answer`)."""
+
+    __slots__ = ()
+
+
+#: Shared answers kept per context before the memo starts again.
+SHARED_ANSWERS = 256
+
+
 @dataclass
 class GatewayContext:
     """What the handlers need besides the request: the back end, topics and the broker."""
@@ -62,6 +75,8 @@ class GatewayContext:
     #: Every node (id, host, port) of a gateway of several processes; None: this one only.
     brokers: list[tuple[int, str, int]] | None = None
     _ids: Any = field(default_factory=lambda: itertools.count(1))
+    #: Metadata's answers by what they are made of (:class:`SharedAnswer`).
+    _shared: dict[Any, SharedAnswer] = field(default_factory=dict)
     #: Request ids are unique across runs: the Spark job's responses table and the member ids
     #: the engine derives from request ids outlive one gateway process.
     _run: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
@@ -141,15 +156,21 @@ async def metadata(ctx: GatewayContext, v: int, body: dict[str, Any], *_: str) -
             t["name"] if t.get("name") is not None else by_id.get(_as_uuid(t.get("topic_id")), "")
             for t in wanted
         ]
+    counts = [_partition_count(ctx, name) if name else None for name in names]
+    internal = ctx.log_topic is not None
+    nodes = ctx.brokers or [(ctx.node_id, ctx.host, ctx.port)]
+    key = (tuple(names), tuple(counts), internal, tuple(nodes), ctx.node_id, ctx.cluster_id)
+    shared = ctx._shared.get(key)
+    if shared is not None:
+        return shared
     topics = []
-    for name in names:
-        count = _partition_count(ctx, name) if name else None
+    for name, count in zip(names, counts, strict=True):
         topics.append(
             {
                 "error_code": 0 if count is not None else UNKNOWN_TOPIC_OR_PARTITION,
                 "name": name,
                 "topic_id": ctx.topic_id(name) if count is not None else uuid.UUID(int=0),
-                "is_internal": name == LOG_TOPIC and ctx.log_topic is not None,
+                "is_internal": name == LOG_TOPIC and internal,
                 "partitions": [
                     {
                         "error_code": 0,
@@ -165,17 +186,20 @@ async def metadata(ctx: GatewayContext, v: int, body: dict[str, Any], *_: str) -
                 "topic_authorized_operations": INT32_MIN,
             }
         )
-    return {
-        "throttle_time": 0,
-        "brokers": [
+    if len(ctx._shared) >= SHARED_ANSWERS:
+        ctx._shared.clear()
+    shared = ctx._shared[key] = SharedAnswer(
+        throttle_time=0,
+        brokers=[
             {"node_id": node, "host": host, "port": port, "rack": None}
-            for node, host, port in (ctx.brokers or [(ctx.node_id, ctx.host, ctx.port)])
+            for node, host, port in nodes
         ],
-        "cluster_id": ctx.cluster_id,
-        "controller_id": ctx.node_id,
-        "topics": topics,
-        "cluster_authorized_operations": INT32_MIN,
-    }
+        cluster_id=ctx.cluster_id,
+        controller_id=ctx.node_id,
+        topics=topics,
+        cluster_authorized_operations=INT32_MIN,
+    )
+    return shared
 
 
 async def list_offsets(

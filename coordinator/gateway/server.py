@@ -157,6 +157,9 @@ class Gateway:
         #: The back end's ``renewal`` (with ``_heartbeat_in_place``): the same heartbeat served
         #: in place again without its lookups (:meth:`heartbeat_repeater`).
         self._renewal: Callable[[str, str, int, str | None], Callable[[], Any] | None] | None = None
+        #: (api key, version, id) of a shared answer -> (the answer, its framed response before
+        #: and after the correlation id): :meth:`_encode`
+        self._shared_frames: dict[tuple[int, int, int], tuple[dict[str, Any], bytes, bytes]] = {}
         #: (version, error code) -> the framed Heartbeat response around its correlation id
         self._heartbeat_frames: dict[tuple[int, int], tuple[bytes, bytes]] = {}
         #: the listeners of ``listeners`` after the main one, and their ports once listening
@@ -358,10 +361,28 @@ class Gateway:
             return None
         # ApiVersions above its range is answered in v0 (request.body is None).
         version = 0 if request.body is None else request.api_version
-        response = codec.encode_response(request.api_key, version, request.correlation_id, answer)
+        response = self._encode(request.api_key, version, request.correlation_id, answer)
         if metrics is not None:  # before the client can see the answer
             metrics.answered(request.api_key, answer, time.perf_counter() - started)
         return response
+
+    def _encode(
+        self, api_key: int, version: int, correlation_id: int, answer: dict[str, Any]
+    ) -> bytes:
+        """The framed response to ``answer``; a :class:`~coordinator.gateway.apis.SharedAnswer`
+        (Metadata's, a topic's partitions each) is encoded once per version and kept, and only
+        its correlation id is put in again (a hundred consumers joining at once each ask for
+        the same Metadata: 0.4 ms each to encode a topic of 200 partitions)."""
+        if type(answer) is not apis.SharedAnswer:
+            return codec.encode_response(api_key, version, correlation_id, answer)
+        key = (api_key, version, id(answer))
+        kept = self._shared_frames.get(key)
+        if kept is None or kept[0] is not answer:
+            whole = codec.encode_response(api_key, version, 0, answer)
+            if len(self._shared_frames) >= apis.SHARED_ANSWERS:
+                self._shared_frames.clear()
+            kept = self._shared_frames[key] = (answer, whole[:4], whole[8:])
+        return kept[1] + _CORRELATION.pack(correlation_id) + kept[2]
 
     def heartbeat_now(self, frame: bytes, connection: Connection) -> bytes | Answer | None:
         """A Heartbeat frame served the short way, as :meth:`answer` serves it: its framed
