@@ -369,10 +369,11 @@ class Gateway:
     def _encode(
         self, api_key: int, version: int, correlation_id: int, answer: dict[str, Any]
     ) -> bytes:
-        """The framed response to ``answer``; a :class:`~coordinator.gateway.apis.SharedAnswer`
-        (Metadata's, a topic's partitions each) is encoded once per version and kept, and only
-        its correlation id is put in again (a hundred consumers joining at once each ask for
-        the same Metadata: 0.4 ms each to encode a topic of 200 partitions)."""
+        """The framed response to ``answer``. A :class:`~coordinator.gateway.apis.SharedAnswer`
+        (Metadata's, the same for the same topics, nodes and cluster) is encoded once per
+        version and kept, and each request's correlation id is put in: a hundred consumers
+        joining at once each ask for the same Metadata, 0.4 ms each to encode for a topic of
+        200 partitions."""
         if type(answer) is not apis.SharedAnswer:
             return codec.encode_response(api_key, version, correlation_id, answer)
         key = (api_key, version, id(answer))
