@@ -136,14 +136,19 @@ class GroupContext:
     def ensure_expiry_timer(self, group: Group) -> None:
         """Every group is swept for expired offsets (8.7).
 
-        Sweeps run at whole multiples of ``offsets_retention_check_interval_ms`` on the engine's
-        clock, for every group, rather than one interval after its partition was loaded: the
-        schedule then does not depend on which process or Spark task holds the group, nor on
-        when it was last restarted. Only the phase differs from Kafka.
+        Kafka sweeps each ``__consumer_offsets`` partition every
+        ``offsets_retention_check_interval_ms``, first one interval after the partition was
+        loaded, so the partitions' sweeps fall at different times. Here each partition's sweeps
+        run at a phase of its own on the engine's clock: partition ``p`` of ``n`` at
+        ``k * interval + p * interval // n``. The schedule then does not depend on which process
+        or Spark task holds the group, nor on when it was last restarted, and a job holding
+        every partition sweeps a ``n``-th of its groups at a time, not all of them at once.
         """
         if EXPIRY_KEY not in group.timers:
             interval = self.config.offsets_retention_check_interval_ms
-            deadline = (self.now_ms // interval + 1) * interval
+            partitions = self.config.offsets_topic_num_partitions
+            phase = self.offsets_partition * interval // partitions
+            deadline = self.now_ms - (self.now_ms - phase) % interval + interval
             group.schedule(EXPIRY_KEY, deadline, self.next_seq(), OFFSET_EXPIRY)
 
     def new_member_id(self, prefix: str, request_id: Any) -> str:

@@ -14,14 +14,14 @@ from coordinator.stream import job
 from coordinator.stream.client import StreamClient
 from coordinator.stream.settings import Settings, load_settings
 
-#: The offsets-expiry sweep's period in the tests' jobs: its next run is in the year 2286.
-#: The sweep runs at whole multiples of ``offsets.retention.check.interval.ms`` on the wall
-#: clock (:meth:`coordinator.context.GroupContext.ensure_expiry_timer`; Kafka's 10 minutes by
-#: default) and deletes every Empty group without offsets, as Kafka's does. A group whose only
-#: members are pending (KIP-394's first join, which ``form_group`` and its like send) is Empty:
-#: a test whose two join steps straddled a 10-minute mark had both second joins answered
-#: UNKNOWN_MEMBER_ID (a client joins again; the tests' requests do not). No test of a job
-#: waits for a sweep.
+#: The offsets-expiry sweep's period in the tests' jobs: its next run is centuries away.
+#: The sweep runs every ``offsets.retention.check.interval.ms`` on the wall clock, at a phase
+#: per offsets partition (:meth:`coordinator.context.GroupContext.ensure_expiry_timer`;
+#: Kafka's 10 minutes by default) and deletes every Empty group without offsets, as Kafka's
+#: does. A group whose only members are pending (KIP-394's first join, which ``form_group``
+#: and its like send) is Empty: a test whose two join steps straddled its sweep had both second
+#: joins answered UNKNOWN_MEMBER_ID (a client joins again; the tests' requests do not). No test
+#: of a job waits for a sweep.
 NO_SWEEP_MS = 10**13
 
 #: Fast coordinator timers for tests: no initial rebalance delay, short sessions allowed, no

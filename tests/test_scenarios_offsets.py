@@ -1256,3 +1256,29 @@ def test_s184_load_offset_from_old_commit_and_with_explicit_retention() -> None:
     rebuilt = ctx.rebuilt().group(GROUP_ID)
     assert rebuilt is not None
     assert {o.expire_timestamp_ms for o in rebuilt.offsets.values()} == {ctx.now + 100}
+
+
+def test_each_offsets_partition_is_swept_at_a_phase_of_its_own() -> None:
+    """Kafka sweeps each ``__consumer_offsets`` partition on a schedule of its own (from its
+    load); here partition ``p`` of ``n`` is swept at ``k * interval + p * interval // n`` on the
+    engine's clock, so a coordinator of every partition sweeps an ``n``-th of its groups at a
+    time. The sweep comes again one interval later."""
+    from coordinator.context import EXPIRY_KEY
+    from coordinator.log.partitioning import partition_for
+    from tests.support import STANDARD, Ctx
+
+    interval = STANDARD.offsets_retention_check_interval_ms
+    ctx = Ctx(STANDARD, owned_partitions=None, now_ms=1_000)
+    groups = {partition_for(g, 2): g for g in ("groupId", "otherGroup")}
+    assert sorted(groups) == [0, 1]
+    for group_id in groups.values():
+        ctx.commit({("t", 0): 5}, group_id=group_id)
+
+    def sweep_at(partition: int) -> int:
+        group = ctx.c.group(groups[partition])
+        assert group is not None
+        return int(group.timers[EXPIRY_KEY].deadline_ms)
+
+    assert (sweep_at(0), sweep_at(1)) == (interval, interval // 2)
+    ctx.sleep(interval // 2 - 1_000)  # partition 1's sweep runs, and comes again
+    assert (sweep_at(0), sweep_at(1)) == (interval, interval + interval // 2)

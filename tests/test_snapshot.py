@@ -595,6 +595,12 @@ def test_real_version_1_blobs_still_decode_without_a_reason() -> None:
     decoded = decode_group(ENGINE_V1)
     assert decoded.rebalance_reason is None
     assert decoded.clock_ms is None
+    # ENGINE_V1 was encoded when every group's expiry sweep fell at a whole multiple of the
+    # interval; today's engine arms it at the phase of the group's offsets partition.
+    old_sweep = 1_700_000_005_000
+    assert decoded.timers["offset-expiry"].deadline_ms == old_sweep
+    assert live.timers["offset-expiry"].deadline_ms != old_sweep
+    live.timers["offset-expiry"].deadline_ms = old_sweep
     assert decoded == dataclasses.replace(live, rebalance_reason=None, clock_ms=None)
     # A decoded version-1 group is written back in the newest version.
     assert decode_group(encode_group(decoded)) == decoded

@@ -12,6 +12,7 @@ import pytest
 
 from coordinator.config import CoordinatorConfig
 from coordinator.group.snapshot import decode_group
+from coordinator.log.partitioning import partition_for
 from coordinator.stream import operator as op
 from coordinator.stream.settings import (
     CONF_DIR,
@@ -164,11 +165,12 @@ def test_the_summary_says_why_the_group_rebalanced_and_keeps_saying_it():
     assert (stable["state"], stable["rebalance_reason"]) == ("Stable", reason)
 
 
-#: A wall-clock instant at a whole multiple of Kafka's ``offsets.retention.check.interval.ms``
-#: (10 minutes): when the expiry sweep runs, for every group at once
-#: (:meth:`coordinator.context.GroupContext.ensure_expiry_timer`).
-SWEEP_MARK = 1_795_000_200_000
-assert SWEEP_MARK % CoordinatorConfig().offsets_retention_check_interval_ms == 0
+#: A wall-clock instant when the expiry sweep of group ``g``'s offsets partition runs: a whole
+#: multiple of Kafka's ``offsets.retention.check.interval.ms`` (10 minutes) plus the
+#: partition's phase (:meth:`coordinator.context.GroupContext.ensure_expiry_timer`).
+_INTERVAL = CoordinatorConfig().offsets_retention_check_interval_ms
+SWEEP_MARK = 1_795_000_200_000 + partition_for("g", 50) * _INTERVAL // 50
+assert SWEEP_MARK % _INTERVAL == partition_for("g", 50) * 12_000 != 0
 
 
 def two_step_join(
@@ -212,8 +214,8 @@ def test_the_sweep_deletes_a_group_of_pending_members_only_as_kafkas_does(mode: 
 @pytest.mark.parametrize("mode", op.KEY_MODES)
 def test_the_spark_tests_settings_run_no_sweep_under_a_join(mode: str, tmp_path: Path):
     """The job the Spark tests run (``tests/stream_support.py``) sweeps no group while a test
-    runs: a ``form_group`` whose two steps straddled a 10-minute mark of the wall clock
-    otherwise had both second joins answered UNKNOWN_MEMBER_ID (a CI flake)."""
+    runs: a ``form_group`` whose two steps straddled its group's sweep (every 10 minutes of the
+    wall clock) otherwise had both second joins answered UNKNOWN_MEMBER_ID (a CI flake)."""
     config = job_settings(tmp_path / "warehouse").coordinator
     settings = dataclasses.replace(SETTINGS, config=config)
     across = two_step_join(settings, mode, SWEEP_MARK - 700, SWEEP_MARK + 300)
