@@ -19,10 +19,12 @@ import pytest
 
 from coordinator import CoordinatorConfig, GroupCoordinator, SequentialIds
 from coordinator.consumer_protocol import Subscription, encode_subscription
+from coordinator.context import EXPIRY_KEY
 from coordinator.group.states import GroupState
 from coordinator.log import codec
 from coordinator.log import records as log
 from coordinator.log.codec import GroupMetadataValue, MemberMetadataValue, OffsetCommitValue
+from coordinator.log.partitioning import partition_for
 from coordinator.serde import DecodeError
 from tests.support import GROUP_ID, OTHER_GROUP_ID, SESSION, STANDARD, Ctx, error
 
@@ -1263,13 +1265,9 @@ def test_each_offsets_partition_is_swept_at_a_phase_of_its_own() -> None:
     load); here partition ``p`` of ``n`` is swept at ``k * interval + p * interval // n`` on the
     engine's clock, so a coordinator of every partition sweeps an ``n``-th of its groups at a
     time. The sweep comes again one interval later."""
-    from coordinator.context import EXPIRY_KEY
-    from coordinator.log.partitioning import partition_for
-    from tests.support import STANDARD, Ctx
-
     interval = STANDARD.offsets_retention_check_interval_ms
     ctx = Ctx(STANDARD, owned_partitions=None, now_ms=1_000)
-    groups = {partition_for(g, 2): g for g in ("groupId", "otherGroup")}
+    groups = {partition_for(g, 2): g for g in (GROUP_ID, OTHER_GROUP_ID)}
     assert sorted(groups) == [0, 1]
     for group_id in groups.values():
         ctx.commit({("t", 0): 5}, group_id=group_id)
